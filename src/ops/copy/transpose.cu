@@ -1,0 +1,119 @@
+// 2-D transpose, bit-exact. Fast path: each thread loads a V×V micro-tile as V 16-byte row
+// vectors, transposes it in registers and stores V 16-byte column vectors (V = 16/element
+// bytes). A block's 8 warps cover 8V consecutive source rows, so every destination row
+// receives 8 × 16 contiguous bytes from one block. Any alignment or ragged edge that the
+// micro-tile cannot take goes through a 32×32 shared-memory tile, one element per access.
+#include "ops/rows.cuh"
+#include "tessel/ops.hpp"
+
+namespace tessel {
+namespace {
+
+using namespace tessel::tile;
+
+constexpr int kWarps = 8;
+
+template <class U>
+__global__ void __launch_bounds__(kWarps * 32)
+    transpose_microtile_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
+                               int64_t cols, int64_t src_pitch, int64_t dst_pitch,
+                               int64_t col_tiles, int64_t tiles) {
+  constexpr int V = 16 / sizeof(U);
+  constexpr int kTileRows = kWarps * V;
+  constexpr int kTileCols = 32 * V;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = (t / col_tiles) * kTileRows + warp * V;
+    const int64_t c0 = (t % col_tiles) * kTileCols + lane * V;
+    if (r0 >= rows || c0 >= cols) continue;
+    if (r0 + V <= rows && c0 + V <= cols) {
+      Frag<U, V> in[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) in[k] = load_frag<V>(src + (r0 + k) * src_pitch + c0);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        Frag<U, V> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
+        store_frag<V>(dst + (c0 + j) * dst_pitch + r0, out);
+      }
+    } else {  // ragged edge of the matrix
+      for (int k = 0; k < V && r0 + k < rows; ++k)
+        for (int j = 0; j < V && c0 + j < cols; ++j)
+          dst[(c0 + j) * dst_pitch + r0 + k] = src[(r0 + k) * src_pitch + c0 + j];
+    }
+  }
+}
+
+template <class U>
+__global__ void __launch_bounds__(256)
+    transpose_smem_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
+                          int64_t cols, int64_t src_pitch, int64_t dst_pitch, int64_t col_tiles,
+                          int64_t tiles) {
+  __shared__ U tile[32][33];  // +1 column: column reads hit 32 different banks (4-byte U)
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = (t / col_tiles) * 32, c0 = (t % col_tiles) * 32;
+#pragma unroll
+    for (int k = ty; k < 32; k += 8)
+      if (r0 + k < rows && c0 + tx < cols) tile[k][tx] = src[(r0 + k) * src_pitch + c0 + tx];
+    __syncthreads();
+#pragma unroll
+    for (int k = ty; k < 32; k += 8)
+      if (c0 + k < cols && r0 + tx < rows) dst[(c0 + k) * dst_pitch + r0 + tx] = tile[tx][k];
+    __syncthreads();
+  }
+}
+
+template <class U>
+void launch(const Tensor& src, const detail::Rows& s, Tensor& dst, int64_t dst_pitch,
+            cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(U);
+  const U* sp = static_cast<const U*>(src.data);
+  U* dp = static_cast<U*>(dst.data);
+  const unsigned max_blocks = static_cast<unsigned>(detail::current_sm_count()) * 64;
+  const bool vec_ok = detail::aligned(sp, 16) && detail::aligned(dp, 16) && s.pitch % V == 0 &&
+                      dst_pitch % V == 0;
+  if (vec_ok) {
+    const int64_t col_tiles = ceil_div(s.cols, 32 * V);
+    const int64_t tiles = ceil_div(s.rows, kWarps * V) * col_tiles;
+    transpose_microtile_kernel<U>
+        <<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), kWarps * 32, 0, stream>>>(
+            sp, dp, s.rows, s.cols, s.pitch, dst_pitch, col_tiles, tiles);
+  } else {
+    const int64_t col_tiles = ceil_div(s.cols, 32);
+    const int64_t tiles = ceil_div(s.rows, 32) * col_tiles;
+    transpose_smem_kernel<U><<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), 256,
+                               0, stream>>>(sp, dp, s.rows, s.cols, s.pitch, dst_pitch, col_tiles,
+                                            tiles);
+  }
+}
+
+}  // namespace
+
+void transpose(const Tensor& src, Tensor& dst, cudaStream_t stream) {
+  detail::OpCheck chk("transpose");
+  chk.valid_layout("src", src);
+  chk.valid_layout("dst", dst);
+  chk.rank_in("src", src, 2, 2);
+  chk.rank_in("dst", dst, 2, 2);
+  chk.same_dtype("dst", dst, "src", src);
+  if (dst.shape[0] != src.shape[1] || dst.shape[1] != src.shape[0])
+    chk.fail("dst", "shape (" + std::to_string(src.shape[1]) + ", " + std::to_string(src.shape[0]) +
+                        ") (src transposed)",
+             "shape " + detail::dims_string(dst));
+  const detail::Rows s = chk.rows("src", src);
+  const detail::Rows d = chk.rows("dst", dst);
+  if (src.numel() == 0) return;
+  chk.device_pointer("src", src);
+  chk.device_pointer("dst", dst);
+  switch (dtype_size(src.dtype)) {
+    case 1: launch<uint8_t>(src, s, dst, d.pitch, stream); break;
+    case 2: launch<uint16_t>(src, s, dst, d.pitch, stream); break;
+    case 4: launch<uint32_t>(src, s, dst, d.pitch, stream); break;
+    default: launch<uint64_t>(src, s, dst, d.pitch, stream); break;
+  }
+  detail::check_launch("transpose");
+}
+
+}  // namespace tessel

@@ -1,0 +1,209 @@
+// tessel tile layer, memory-bound part: the vocabulary kernels are written in.
+//
+//   Frag<T, N>         N consecutive elements moved as one access (16 bytes when N = 16/sizeof(T))
+//   load_frag / store_frag            full-vector access; *_pred variants guard a ragged edge
+//   to_f32 / from_f32                 fp32 math on f32/f16/bf16 storage
+//   warp_reduce / group_reduce        shuffle + shared-memory reductions over a row group
+//   RowSlice<T, VEC, ITEMS, THREADS>  one row held in registers by a group of THREADS threads
+//   RowGroups<THREADS, BLOCK>         which row a thread's group works on, grid-stride
+//
+// Kernel bodies use these and read like the algorithm (see ops/softmax/softmax.cu).
+// Hopper TMA / WGMMA pieces (CuTe SM90 atoms) live beside this in the GEMM family.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace tessel::tile {
+
+// ---- numeric conversion ----------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Elements per 16-byte vector.
+template <class T>
+constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+// ---- fragments -------------------------------------------------------------------------
+template <class T, int N>
+struct alignas(sizeof(T) * N) Frag {
+  T v[N];
+};
+
+template <int N, class T>
+__device__ __forceinline__ Frag<T, N> load_frag(const T* p) {
+  return *reinterpret_cast<const Frag<T, N>*>(p);
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store_frag(T* p, const Frag<T, N>& f) {
+  *reinterpret_cast<Frag<T, N>*>(p) = f;
+}
+
+// Loads min(valid, N) elements; the rest are `fill`. valid may be <= 0.
+template <int N, class T>
+__device__ __forceinline__ Frag<T, N> load_frag_pred(const T* p, int64_t valid, T fill) {
+  if (valid >= N) return load_frag<N>(p);
+  Frag<T, N> f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) f.v[i] = i < valid ? p[i] : fill;
+  return f;
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store_frag_pred(T* p, const Frag<T, N>& f, int64_t valid) {
+  if (valid >= N) {
+    store_frag<N>(p, f);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (i < valid) p[i] = f.v[i];
+}
+
+// ---- reductions ------------------------------------------------------------------------
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+  __device__ __forceinline__ static float identity() { return 0.f; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ static float identity() { return -INFINITY; }
+};
+
+// Butterfly over `width` lanes (a power of two <= 32): every lane gets the result.
+template <int WIDTH = 32, class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Reduction over consecutive groups of THREADS threads (a power of two) inside a block of
+// BLOCK threads. Every thread of the block must call it (it holds __syncthreads when a group
+// spans warps). `scratch` holds BLOCK/32 floats. All threads of a group get the result.
+template <int THREADS, int BLOCK, class Op>
+__device__ __forceinline__ float group_reduce(float v, Op op, float* scratch) {
+  if constexpr (THREADS <= 32) {
+    return warp_reduce<THREADS>(v, op);
+  } else {
+    constexpr int kWarpsPerGroup = THREADS / 32;
+    v = warp_reduce<32>(v, op);
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) scratch[warp] = v;
+    __syncthreads();
+    const int first = warp / kWarpsPerGroup * kWarpsPerGroup;
+    float r = scratch[first];
+#pragma unroll
+    for (int w = 1; w < kWarpsPerGroup; ++w) r = op(r, scratch[first + w]);
+    __syncthreads();  // scratch may be reused by the next reduction
+    return r;
+  }
+}
+
+// ---- rows ------------------------------------------------------------------------------
+// A block of BLOCK threads split into groups of THREADS, one row per group. Iterate with
+//   for (RowGroups<T, B> g; g.valid_block(rows); g.next())  { ... g.row ... g.active ... }
+// The loop is uniform across the block (so group_reduce may be called inside);
+// `active` says whether this group's row exists.
+template <int THREADS, int BLOCK>
+struct RowGroups {
+  static constexpr int kGroups = BLOCK / THREADS;
+  int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups;
+  int lane = threadIdx.x % THREADS;  // thread index inside the group
+  int group = threadIdx.x / THREADS;
+  int64_t row = base + group;
+  bool active = false;
+
+  __device__ __forceinline__ bool valid_block(int64_t rows) {
+    row = base + group;
+    active = row < rows;
+    return base < rows;
+  }
+  __device__ __forceinline__ void next() { base += static_cast<int64_t>(gridDim.x) * kGroups; }
+};
+
+// One row in registers: thread `lane` of the group holds vectors lane, lane+THREADS, …
+// (ITEMS of them, VEC elements each) so a group's accesses are contiguous and coalesced.
+template <class T, int VEC, int ITEMS, int THREADS>
+struct RowSlice {
+  static constexpr int kCols = VEC * ITEMS * THREADS;  // columns covered by one slice
+  float x[ITEMS][VEC];
+
+  // Column of element (i, 0) for this thread.
+  __device__ __forceinline__ static int64_t col(int i, int lane) {
+    return (static_cast<int64_t>(i) * THREADS + lane) * VEC;
+  }
+
+  __device__ __forceinline__ void load(const T* row, int64_t cols, int lane, float fill) {
+    Frag<T, VEC> f[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {  // all loads first: ITEMS in flight per thread
+      int64_t c = col(i, lane);
+      f[i] = load_frag_pred<VEC>(row + c, cols - c, T{});
+    }
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) x[i][j] = col(i, lane) + j < cols ? to_f32(f[i].v[j]) : fill;
+  }
+
+  __device__ __forceinline__ void store(T* row, int64_t cols, int lane) const {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      int64_t c = col(i, lane);
+      if (c >= cols) continue;
+      Frag<T, VEC> f;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f.v[j] = from_f32<T>(x[i][j]);
+      store_frag_pred<VEC>(row + c, f, cols - c);
+    }
+  }
+
+  template <class F>
+  __device__ __forceinline__ void map(F f) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) x[i][j] = f(x[i][j]);
+  }
+
+  // Thread-local fold; padding elements hold the `fill` given to load, which must be the
+  // identity of Op.
+  template <class Op>
+  __device__ __forceinline__ float fold(Op op) const {
+    float r = Op::identity();
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) r = op(r, x[i][j]);
+    return r;
+  }
+};
+
+// ---- grid helpers ----------------------------------------------------------------------
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace tessel::tile
