@@ -25,8 +25,13 @@ struct RowConfig {
   static constexpr int BLOCK = THREADS_ > 256 ? THREADS_ : 256;
 };
 
-// Calls f(RowConfig<…>{}) with the smallest config covering `cols`; returns false when
-// the row is too long for registers. vec_ok: rows are 16-byte aligned and cols % VEC == 0.
+// Elements each thread holds per row slice: 16 keeps a backward pass (two slices) under
+// ~64 registers, so a 1024-thread group neither spills nor starves occupancy.
+constexpr int kRowElemsPerThread = 16;
+
+// Calls f(RowConfig<…>{}) with the smallest config covering `cols`; returns false when the
+// row is too long for registers (> 1024 × 16 elements). vec_ok: every row is 16-byte aligned
+// and cols % VEC == 0.
 template <int VEC, class F>
 bool dispatch_row_config(int64_t cols, bool vec_ok, F&& f) {
   if (!vec_ok) {
@@ -36,15 +41,17 @@ bool dispatch_row_config(int64_t cols, bool vec_ok, F&& f) {
     }
     return false;
   }
+  constexpr int kItems = kRowElemsPerThread / VEC > 0 ? kRowElemsPerThread / VEC : 1;
   const int64_t vecs = (cols + VEC - 1) / VEC;
   if (vecs <= 32) f(RowConfig<VEC, 1, 32>{});
-  else if (vecs <= 64) f(RowConfig<VEC, 2, 32>{});
-  else if (vecs <= 128) f(RowConfig<VEC, 4, 32>{});
-  else if (vecs <= 256) f(RowConfig<VEC, 4, 64>{});
-  else if (vecs <= 512) f(RowConfig<VEC, 4, 128>{});
-  else if (vecs <= 1024) f(RowConfig<VEC, 4, 256>{});
-  else if (vecs <= 2048) f(RowConfig<VEC, 4, 512>{});
-  else return false;  // 1024 threads would cap registers at 64 and spill the backward pass
+  else if (vecs <= 64 && kItems >= 2) f(RowConfig<VEC, 2, 32>{});
+  else if (vecs <= 32 * kItems) f(RowConfig<VEC, kItems, 32>{});
+  else if (vecs <= 64 * kItems) f(RowConfig<VEC, kItems, 64>{});
+  else if (vecs <= 128 * kItems) f(RowConfig<VEC, kItems, 128>{});
+  else if (vecs <= 256 * kItems) f(RowConfig<VEC, kItems, 256>{});
+  else if (vecs <= 512 * kItems) f(RowConfig<VEC, kItems, 512>{});
+  else if (vecs <= 1024 * kItems) f(RowConfig<VEC, kItems, 1024>{});
+  else return false;
   return true;
 }
 

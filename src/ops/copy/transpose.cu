@@ -1,8 +1,12 @@
-// 2-D transpose, bit-exact. Fast path: each thread loads a V×V micro-tile as V 16-byte row
-// vectors, transposes it in registers and stores V 16-byte column vectors (V = 16/element
-// bytes). A block's 8 warps cover 8V consecutive source rows, so every destination row
-// receives 8 × 16 contiguous bytes from one block. Any alignment or ragged edge that the
-// micro-tile cannot take goes through a 32×32 shared-memory tile, one element per access.
+// 2-D transpose, bit-exact.
+// Fast path (16-byte aligned rows): a block owns a (8V × 32V) source tile, V = 16/element
+// bytes. Each thread loads a V×V micro-tile as V 16-byte row vectors and transposes it in
+// registers; the V column vectors go to a shared-memory tile laid out as destination rows of
+// 128 bytes, 16-byte chunks XOR-swizzled so both the scattered writes and the row reads are
+// conflict-free; the block then writes whole 128-byte destination row segments.
+// Anything else (misaligned rows, 1-byte types) goes through a 32×32 shared tile.
+#include <cute/swizzle.hpp>
+
 #include "ops/rows.cuh"
 #include "tessel/ops.hpp"
 
@@ -14,34 +18,63 @@ using namespace tessel::tile;
 constexpr int kWarps = 8;
 
 template <class U>
-__global__ void __launch_bounds__(kWarps * 32)
-    transpose_microtile_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
-                               int64_t cols, int64_t src_pitch, int64_t dst_pitch,
-                               int64_t col_tiles, int64_t tiles) {
-  constexpr int V = 16 / sizeof(U);
-  constexpr int kTileRows = kWarps * V;
-  constexpr int kTileCols = 32 * V;
+struct MicroTile {
+  static constexpr int V = 16 / sizeof(U);
+  static constexpr int kRows = kWarps * V;  // source rows per tile (= 8 chunks of a dst row)
+  static constexpr int kCols = 32 * V;      // source cols per tile (= dst rows in smem)
+  static constexpr int kLogV = V == 2 ? 1 : V == 4 ? 2 : 3;
+  // Byte offset of 16-byte chunk `chunk` of smem dst row `row`: row r's chunks are XOR-ed
+  // with bits (r / V) % 8, which differ across the 8 lanes that write one chunk column.
+  using Swizzle = cute::Swizzle<3, 4, 3 + kLogV>;
+  __device__ __forceinline__ static int offset(int row, int chunk) {
+    return Swizzle{}(row * 128 + chunk * 16);
+  }
+};
+
+template <class U>
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    transpose_tile_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
+                          int64_t cols, int64_t src_pitch, int64_t dst_pitch, int64_t col_tiles,
+                          int64_t tiles) {
+  using MT = MicroTile<U>;
+  constexpr int V = MT::V;
+  __shared__ alignas(128) uint8_t smem[MT::kCols * 128];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t r0 = (t / col_tiles) * kTileRows + warp * V;
-    const int64_t c0 = (t % col_tiles) * kTileCols + lane * V;
-    if (r0 >= rows || c0 >= cols) continue;
+    const int64_t tr = (t / col_tiles) * MT::kRows, tc = (t % col_tiles) * MT::kCols;
+    const int64_t r0 = tr + warp * V, c0 = tc + lane * V;
+    // 1. V×V micro-tile into registers (zeros outside the matrix).
+    Frag<U, V> in[V];
     if (r0 + V <= rows && c0 + V <= cols) {
-      Frag<U, V> in[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) in[k] = load_frag<V>(src + (r0 + k) * src_pitch + c0);
+    } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        Frag<U, V> out;
+      for (int k = 0; k < V; ++k)
 #pragma unroll
-        for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
-        store_frag<V>(dst + (c0 + j) * dst_pitch + r0, out);
-      }
-    } else {  // ragged edge of the matrix
-      for (int k = 0; k < V && r0 + k < rows; ++k)
-        for (int j = 0; j < V && c0 + j < cols; ++j)
-          dst[(c0 + j) * dst_pitch + r0 + k] = src[(r0 + k) * src_pitch + c0 + j];
+        for (int j = 0; j < V; ++j)
+          in[k].v[j] = (r0 + k < rows && c0 + j < cols) ? src[(r0 + k) * src_pitch + c0 + j] : U{};
     }
+    // 2. Transposed columns into the swizzled destination tile: row lane*V + j, chunk warp.
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      Frag<U, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
+      *reinterpret_cast<Frag<U, V>*>(smem + MT::offset(lane * V + j, warp)) = out;
+    }
+    __syncthreads();
+    // 3. Whole destination rows: 8 chunks (128 bytes) per row, V rows per thread.
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int q = i * kWarps * 32 + threadIdx.x;
+      const int row = q / 8, chunk = q % 8;
+      const int64_t dr = tc + row, dc = tr + chunk * V;
+      if (dr >= cols || dc >= rows) continue;
+      const Frag<U, V> f = *reinterpret_cast<const Frag<U, V>*>(smem + MT::offset(row, chunk));
+      store_frag_pred<V>(dst + dr * dst_pitch + dc, f, rows - dc);
+    }
+    __syncthreads();
   }
 }
 
@@ -72,15 +105,19 @@ void launch(const Tensor& src, const detail::Rows& s, Tensor& dst, int64_t dst_p
   const U* sp = static_cast<const U*>(src.data);
   U* dp = static_cast<U*>(dst.data);
   const unsigned max_blocks = static_cast<unsigned>(detail::current_sm_count()) * 64;
-  const bool vec_ok = detail::aligned(sp, 16) && detail::aligned(dp, 16) && s.pitch % V == 0 &&
-                      dst_pitch % V == 0;
-  if (vec_ok) {
-    const int64_t col_tiles = ceil_div(s.cols, 32 * V);
-    const int64_t tiles = ceil_div(s.rows, kWarps * V) * col_tiles;
-    transpose_microtile_kernel<U>
+  const bool vec_ok = sizeof(U) >= 2 && detail::aligned(sp, 16) && detail::aligned(dp, 16) &&
+                      s.pitch % V == 0 && dst_pitch % V == 0;
+  if constexpr (sizeof(U) >= 2) {
+    if (vec_ok) {
+      const int64_t col_tiles = ceil_div(s.cols, MicroTile<U>::kCols);
+      const int64_t tiles = ceil_div(s.rows, MicroTile<U>::kRows) * col_tiles;
+      transpose_tile_kernel<U>
         <<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), kWarps * 32, 0, stream>>>(
             sp, dp, s.rows, s.cols, s.pitch, dst_pitch, col_tiles, tiles);
-  } else {
+      return;
+    }
+  }
+  {
     const int64_t col_tiles = ceil_div(s.cols, 32);
     const int64_t tiles = ceil_div(s.rows, 32) * col_tiles;
     transpose_smem_kernel<U><<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), 256,

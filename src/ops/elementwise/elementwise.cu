@@ -97,6 +97,31 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// Row-vector broadcast with wide rows: a thread keeps one vector of b in registers and
+// applies it down kUnroll rows (no per-element index arithmetic, b read once per thread).
+template <class T, int VEC, BinaryOp OP>
+__global__ void __launch_bounds__(kBlock)
+    binary_row_kernel(const T* a, const T* __restrict__ b, T* out, int64_t rows, int64_t cols) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
+  if (c >= cols) return;
+  const Frag<T, VEC> fb = load_frag<VEC>(b + c);
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kUnroll; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.y) * kUnroll) {
+    Frag<T, VEC> fa[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (r0 + u < rows) fa[u] = load_frag<VEC>(a + (r0 + u) * cols + c);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (r0 + u >= rows) continue;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        fa[u].v[j] = from_f32<T>(apply<OP>(to_f32(fa[u].v[j]), to_f32(fb.v[j])));
+      store_frag<VEC>(out + (r0 + u) * cols + c, fa[u]);
+    }
+  }
+}
+
 unsigned map_grid(int64_t n, int vec) {
   const int64_t nvec = n / vec;
   return static_cast<unsigned>(std::max<int64_t>(1, tile::ceil_div(nvec, int64_t{kBlock} * kUnroll)));
@@ -222,7 +247,12 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, cudaStre
       const T* ap = static_cast<const T*>(a.data);
       const T* bp = static_cast<const T*>(b.data);
       T* op_ = static_cast<T*>(out.data);
-      if (vec_ok)
+      if (vec_ok && mode == Bcast::row && cols >= int64_t{kBlock} * V / 4) {
+        const int64_t rows = n / cols;
+        const dim3 grid(static_cast<unsigned>(tile::ceil_div(cols / V, kBlock)),
+                        static_cast<unsigned>(std::min<int64_t>(tile::ceil_div(rows, kUnroll), 65535)));
+        binary_row_kernel<T, V, OP><<<grid, kBlock, 0, stream>>>(ap, bp, op_, rows, cols);
+      } else if (vec_ok)
         binary_kernel<T, V, OP><<<map_grid(n, V), kBlock, 0, stream>>>(ap, bp, op_, n, mode, cols);
       else
         binary_kernel<T, 1, OP><<<map_grid(n, 1), kBlock, 0, stream>>>(ap, bp, op_, n, mode, cols);
