@@ -70,6 +70,7 @@ int64_t Tensor::numel() const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // nothing to lay out
   int64_t expected = 1;
   for (int d = ndim - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
@@ -228,6 +229,10 @@ Rows OpCheck::rows(const char* arg, const Tensor& t) const {
   r.cols = t.shape[t.ndim - 1];
   r.rows = 1;
   for (int d = 0; d < t.ndim - 1; ++d) r.rows *= t.shape[d];
+  if (r.rows * r.cols == 0) {  // empty: any strides describe it
+    r.pitch = r.cols;
+    return r;
+  }
   if (r.cols > 1 && t.strides[t.ndim - 1] != 1)
     fail(arg, "unit stride on the last axis", "strides " + strides_string(t));
   // Leading axes must collapse to one pitch: stride[d] == stride[d+1] * shape[d+1].

@@ -20,7 +20,7 @@ using gemm_detail::GemmParams;
 using tile::sm90::Major;
 using tile::sm90::OutType;
 
-int g_raster_group = 8;  // tile rows per raster group (tuning hook, see set_raster_group)
+int g_raster_group = 0;  // 0: heuristic below; > 0: forced (tuning hook, set_raster_group)
 
 // 128x256 tiles in clusters of 2 along M (B multicast) when they fill the machine; else
 // 128x128, else 128x64 tiles (small M: more CTAs streaming B).
@@ -31,6 +31,15 @@ using MidTile = GemmConfig<T, MB, 128, 128, 64, 6, 1>;
 template <class T, Major MB>
 using SmallTile = GemmConfig<T, MB, 128, 64, 64, 8, 1>;
 
+// Raster group: 8 cluster-tile rows walked together (a shape-dependent choice was tried and
+// not confirmed by the suite runs; docs/gemm.md step 3).
+template <class Cfg>
+cudaError_t launch(const void* a, int64_t lda, const void* b, int64_t ldb, GemmParams p, int sms,
+                   cudaStream_t stream) {
+  p.group = g_raster_group > 0 ? g_raster_group : 8;
+  return gemm_detail::launch_gemm<Cfg>(a, lda, b, ldb, p, sms, stream);
+}
+
 template <class T, Major MB>
 void run(const void* a, int64_t lda, const void* b, int64_t ldb, const GemmParams& p,
          cudaStream_t stream) {
@@ -38,11 +47,11 @@ void run(const void* a, int64_t lda, const void* b, int64_t ldb, const GemmParam
   const int64_t tiles_m = (p.m + 127) / 128;
   cudaError_t err;
   if (tiles_m * ((p.n + 255) / 256) >= sms)
-    err = gemm_detail::launch_gemm<BigTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
+    err = launch<BigTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
   else if (tiles_m * ((p.n + 127) / 128) >= sms)
-    err = gemm_detail::launch_gemm<MidTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
+    err = launch<MidTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
   else
-    err = gemm_detail::launch_gemm<SmallTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
+    err = launch<SmallTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
   TESSEL_CUDA_CHECK(err);
 }
 
@@ -84,7 +93,7 @@ std::string dim_name(const char* what, int64_t v) { return std::string(what) + "
 
 namespace gemm_detail {
 // Tuning hook for benchmarks (not public API): cluster-tile rows per raster group.
-void set_raster_group(int group) { g_raster_group = group > 0 ? group : 8; }
+void set_raster_group(int group) { g_raster_group = group > 0 ? group : 0; }
 }  // namespace gemm_detail
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, const GemmOptions& opt) {
@@ -153,7 +162,6 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, cons
   p.m = static_cast<int>(M);
   p.n = static_cast<int>(N);
   p.k = static_cast<int>(K);
-  p.group = g_raster_group;
   p.epi.d = d.data;
   p.epi.ldd = ldd;
   p.epi.c = c ? c->data : nullptr;
