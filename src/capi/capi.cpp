@@ -2,59 +2,18 @@
 #include <exception>
 #include <string>
 
+#include "capi/capi_util.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tessel.h"
 
-namespace {
+using namespace tessel::capi;
 
-thread_local std::string g_last_error;
-
-tessel::Tensor to_tensor(const tessel_tensor_t* t, const char* op, const char* arg) {
-  if (t == nullptr)
-    throw tessel::Error(TESSEL_ERROR_INVALID_ARGUMENT, std::string("tessel::") + op +
-                                                           ": argument '" + arg +
-                                                           "': expected a tensor, got NULL");
-  if (t->ndim < 0 || t->ndim > TESSEL_MAX_DIMS)
-    throw tessel::Error(TESSEL_ERROR_INVALID_ARGUMENT,
-                        std::string("tessel::") + op + ": argument '" + arg +
-                            "': expected ndim in 0..8, got " + std::to_string(t->ndim));
-  tessel::Tensor r;
-  r.data = t->data;
-  r.dtype = static_cast<tessel::DType>(t->dtype);
-  r.ndim = t->ndim;
-  for (int d = 0; d < t->ndim; ++d) {
-    r.shape[d] = t->shape[d];
-    r.strides[d] = t->strides[d];
-  }
-  r.device.kind = static_cast<tessel::DeviceKind>(t->device_kind);
-  r.device.index = t->device_index;
-  return r;
+namespace tessel::capi {
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
 }
-
-template <class F>
-tessel_status_t guarded(F&& f) {
-  try {
-    f();
-    g_last_error.clear();
-    return TESSEL_OK;
-  } catch (const tessel::Error& e) {
-    g_last_error = e.what();
-    return e.code();
-  } catch (const std::bad_alloc&) {
-    g_last_error = "tessel: host out of memory";
-    return TESSEL_ERROR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    g_last_error = std::string("tessel: internal error: ") + e.what();
-    return TESSEL_ERROR_INTERNAL;
-  } catch (...) {
-    g_last_error = "tessel: internal error (unknown exception)";
-    return TESSEL_ERROR_INTERNAL;
-  }
-}
-
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-}  // namespace
+}  // namespace tessel::capi
 
 extern "C" {
 
@@ -65,13 +24,14 @@ tessel_status_t tessel_tensor_init(tessel_tensor_t* t, void* data, int32_t dtype
       throw tessel::Error(TESSEL_ERROR_INVALID_ARGUMENT,
                           "tessel_tensor_init: argument 't': expected a tensor, got NULL");
     if (ndim < 0 || ndim > TESSEL_MAX_DIMS)
-      throw tessel::Error(TESSEL_ERROR_INVALID_ARGUMENT,
-                          "tessel_tensor_init: argument 'ndim': expected 0..8, got " +
-                              std::to_string(ndim));
+      throw tessel::Error(
+          TESSEL_ERROR_INVALID_ARGUMENT,
+          "tessel_tensor_init: argument 'ndim': expected 0..8, got " + std::to_string(ndim));
     if (ndim > 0 && shape == nullptr)
       throw tessel::Error(TESSEL_ERROR_INVALID_ARGUMENT,
                           "tessel_tensor_init: argument 'shape': expected an array, got NULL");
-    tessel::Tensor v = tessel::Tensor::contiguous(data, static_cast<tessel::DType>(dtype), ndim, shape);
+    tessel::Tensor v =
+        tessel::Tensor::contiguous(data, static_cast<tessel::DType>(dtype), ndim, shape);
     *t = tessel_tensor_t{};
     t->data = data;
     t->dtype = dtype;
@@ -85,7 +45,7 @@ tessel_status_t tessel_tensor_init(tessel_tensor_t* t, void* data, int32_t dtype
   });
 }
 
-const char* tessel_last_error(void) { return g_last_error.c_str(); }
+const char* tessel_last_error(void) { return last_error().c_str(); }
 
 const char* tessel_status_string(tessel_status_t status) {
   switch (status) {
@@ -108,7 +68,8 @@ tessel_status_t tessel_unary(int32_t op, const tessel_tensor_t* x, const tessel_
                              void* stream) {
   return guarded([&] {
     tessel::Tensor yt = to_tensor(y, "unary", "y");
-    tessel::unary(static_cast<tessel::UnaryOp>(op), to_tensor(x, "unary", "x"), yt, as_stream(stream));
+    tessel::unary(static_cast<tessel::UnaryOp>(op), to_tensor(x, "unary", "x"), yt,
+                  as_stream(stream));
   });
 }
 

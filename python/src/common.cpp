@@ -1,4 +1,4 @@
-// tessel._tessel: nanobind bindings of include/tessel/ops.hpp.
+// tessel._tessel: argument conversion (see common.hpp).
 //
 // Tensor arguments are any Python object that is a CUDA tensor through DLPack (`__dlpack__`,
 // read with nb::ndarray<>: PyTorch, CuPy, JAX, ...) or through `__cuda_array_interface__`
@@ -7,22 +7,19 @@
 // tessel::Error becomes tessel.TesselArgumentError (a ValueError) for invalid arguments and
 // tessel.TesselError (a RuntimeError) otherwise, with the C++ message unchanged and the
 // tessel_status_t code in the exception's `code` attribute.
+#include "common.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessel/ops.hpp"
 
-namespace nb = nanobind;
-using namespace nb::literals;
-
-namespace {
-
-PyObject* g_error = nullptr;      // TesselError(RuntimeError)
-PyObject* g_arg_error = nullptr;  // TesselArgumentError(TesselError, ValueError)
+namespace tessel::py {
 
 [[noreturn]] void arg_fail(const char* op, const char* arg, const std::string& expected,
                            const std::string& got) {
@@ -111,13 +108,6 @@ const char* dl_device_name(int type) {
 constexpr const char* kSupported =
     "a dtype tessel supports (f32, f16, bf16, f8_e4m3, f8_e5m2, i32, "
     "i64, u8)";
-
-// A converted argument. `keep` holds the DLPack capsule (and so the producer's tensor)
-// alive until the op has returned.
-struct Arg {
-  tessel::Tensor t;
-  nb::ndarray<> keep;
-};
 
 void from_dlpack(const char* op, const char* arg, Arg& a) {
   const nb::ndarray<>& nd = a.keep;
@@ -277,181 +267,15 @@ cudaStream_t to_stream(const char* op, nb::handle s) {
            "an object of type " + obj_type_name(s));
 }
 
-tessel::UnaryOp unary_op(nb::handle name) {
-  std::string s;
-  if (nb::try_cast(name, s))
-    for (int i = 0; i <= static_cast<int>(tessel::UnaryOp::square); ++i)
-      if (s == tessel::unary_op_name(static_cast<tessel::UnaryOp>(i)))
-        return static_cast<tessel::UnaryOp>(i);
-  arg_fail("unary", "op", "one of identity/neg/abs/exp/relu/sigmoid/silu/square",
-           nb::repr(name).c_str());
+std::vector<BindFn>& binders() {
+  static std::vector<BindFn> fns;
+  return fns;
 }
 
-tessel::BinaryOp binary_op(nb::handle name) {
-  std::string s;
-  if (nb::try_cast(name, s))
-    for (int i = 0; i <= static_cast<int>(tessel::BinaryOp::minimum); ++i)
-      if (s == tessel::binary_op_name(static_cast<tessel::BinaryOp>(i)))
-        return static_cast<tessel::BinaryOp>(i);
-  arg_fail("binary", "op", "one of add/sub/mul/div/maximum/minimum", nb::repr(name).c_str());
+Binder::Binder(BindFn fn) { binders().push_back(fn); }
+
+void bind_all(nb::module_& m) {
+  for (BindFn fn : binders()) fn(m);
 }
 
-void translate(const tessel::Error& e) {
-  PyObject* type = e.code() == TESSEL_ERROR_INVALID_ARGUMENT ? g_arg_error : g_error;
-  nb::object exc = nb::steal(PyObject_CallOneArg(type, nb::str(e.what()).ptr()));
-  if (!exc.is_valid()) return;  // the Python error from the call is already set
-  nb::setattr(exc, "code", nb::int_(static_cast<int>(e.code())));
-  PyErr_SetObject(type, exc.ptr());
-}
-
-nb::dict describe(nb::handle x) {
-  Arg a = in("describe", "x", x);
-  nb::list shape, strides;
-  for (int d = 0; d < a.t.ndim; ++d) {
-    shape.append(a.t.shape[d]);
-    strides.append(a.t.strides[d]);
-  }
-  nb::dict r;
-  r["dtype"] = tessel::dtype_name(a.t.dtype);
-  r["shape"] = nb::tuple(shape);
-  r["strides"] = nb::tuple(strides);
-  r["data"] = reinterpret_cast<uintptr_t>(a.t.data);
-  r["device"] = a.t.device.index;
-  return r;
-}
-
-}  // namespace
-
-NB_MODULE(_tessel, m) {
-  m.doc() = "tessel GPU kernels (nanobind bindings; see include/tessel/ops.hpp)";
-
-  g_error = PyErr_NewExceptionWithDoc("tessel.TesselError",
-                                      "A tessel call failed; `code` is the tessel_status_t.",
-                                      PyExc_RuntimeError, nullptr);
-  nb::object bases = nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError));
-  g_arg_error = PyErr_NewExceptionWithDoc(
-      "tessel.TesselArgumentError",
-      "Invalid argument (dtype, shape, stride, alignment, pointer) to a tessel call.", bases.ptr(),
-      nullptr);
-  if (!g_error || !g_arg_error) throw nb::python_error();
-  m.attr("TesselError") = nb::handle(g_error);
-  m.attr("TesselArgumentError") = nb::handle(g_arg_error);
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const tessel::Error& e) {
-      translate(e);
-    }
-  });
-
-  m.def(
-      "version", [] { return std::string(tessel::version()); }, "Library version string.");
-  m.def("cuda_device_count", &tessel::cuda_device_count,
-        "Number of CUDA devices; 0 without a driver or GPU (never raises).");
-  m.def("describe", &describe, "x"_a.none(),
-        "The tessel view of a tensor argument: dict of dtype, shape, strides (elements), data "
-        "(address) and device (index). For debugging and tests.");
-
-  m.def(
-      "unary",
-      [](nb::handle op, nb::handle x, nb::handle y, nb::handle stream) {
-        const tessel::UnaryOp o = unary_op(op);
-        Arg tx = in("unary", "x", x), ty = out("unary", "y", y);
-        cudaStream_t s = to_stream("unary", stream);
-        nb::gil_scoped_release nogil;
-        tessel::unary(o, tx.t, ty.t, s);
-      },
-      "op"_a.none(), "x"_a.none(), "y"_a.none(), "stream"_a.none() = 0,
-      "y = op(x), op one of identity/neg/abs/exp/relu/sigmoid/silu/square.");
-  m.def(
-      "binary",
-      [](nb::handle op, nb::handle a, nb::handle b, nb::handle o, nb::handle stream) {
-        const tessel::BinaryOp bo = binary_op(op);
-        Arg ta = in("binary", "a", a), tb = in("binary", "b", b), to = out("binary", "out", o);
-        cudaStream_t s = to_stream("binary", stream);
-        nb::gil_scoped_release nogil;
-        tessel::binary(bo, ta.t, tb.t, to.t, s);
-      },
-      "op"_a.none(), "a"_a.none(), "b"_a.none(), "out"_a.none(), "stream"_a.none() = 0,
-      "out = a op b, op one of add/sub/mul/div/maximum/minimum; b has a's shape, is a row "
-      "vector over a's last axis, or has one element.");
-  m.def(
-      "add",
-      [](nb::handle a, nb::handle b, nb::handle o, nb::handle stream) {
-        Arg ta = in("add", "a", a), tb = in("add", "b", b), to = out("add", "out", o);
-        cudaStream_t s = to_stream("add", stream);
-        nb::gil_scoped_release nogil;
-        tessel::add(ta.t, tb.t, to.t, s);
-      },
-      "a"_a.none(), "b"_a.none(), "out"_a.none(), "stream"_a.none() = 0,
-      "out = a + b (b broadcast as in binary).");
-  m.def(
-      "mul",
-      [](nb::handle a, nb::handle b, nb::handle o, nb::handle stream) {
-        Arg ta = in("mul", "a", a), tb = in("mul", "b", b), to = out("mul", "out", o);
-        cudaStream_t s = to_stream("mul", stream);
-        nb::gil_scoped_release nogil;
-        tessel::mul(ta.t, tb.t, to.t, s);
-      },
-      "a"_a.none(), "b"_a.none(), "out"_a.none(), "stream"_a.none() = 0,
-      "out = a * b (b broadcast as in binary).");
-  m.def(
-      "copy",
-      [](nb::handle src, nb::handle dst, nb::handle stream) {
-        Arg ts = in("copy", "src", src), td = out("copy", "dst", dst);
-        cudaStream_t s = to_stream("copy", stream);
-        nb::gil_scoped_release nogil;
-        tessel::copy(ts.t, td.t, s);
-      },
-      "src"_a.none(), "dst"_a.none(), "stream"_a.none() = 0,
-      "dst = src (bit-exact, any tessel dtype).");
-  m.def(
-      "transpose",
-      [](nb::handle src, nb::handle dst, nb::handle stream) {
-        Arg ts = in("transpose", "src", src), td = out("transpose", "dst", dst);
-        cudaStream_t s = to_stream("transpose", stream);
-        nb::gil_scoped_release nogil;
-        tessel::transpose(ts.t, td.t, s);
-      },
-      "src"_a.none(), "dst"_a.none(), "stream"_a.none() = 0, "dst(C, R) = src(R, C)^T.");
-  m.def(
-      "reduce_sum",
-      [](nb::handle x, nb::handle o, nb::handle stream) {
-        Arg tx = in("reduce_sum", "x", x), to = out("reduce_sum", "out", o);
-        cudaStream_t s = to_stream("reduce_sum", stream);
-        nb::gil_scoped_release nogil;
-        tessel::reduce_sum(tx.t, to.t, s);
-      },
-      "x"_a.none(), "out"_a.none(), "stream"_a.none() = 0,
-      "out (one element, f32 or x's dtype) = sum of all of x, fp32 accumulation.");
-  m.def(
-      "reduce_sum_rows",
-      [](nb::handle x, nb::handle o, nb::handle stream) {
-        Arg tx = in("reduce_sum_rows", "x", x), to = out("reduce_sum_rows", "out", o);
-        cudaStream_t s = to_stream("reduce_sum_rows", stream);
-        nb::gil_scoped_release nogil;
-        tessel::reduce_sum_rows(tx.t, to.t, s);
-      },
-      "x"_a.none(), "out"_a.none(), "stream"_a.none() = 0,
-      "out (...) = x (..., C) summed over the last axis.");
-  m.def(
-      "softmax",
-      [](nb::handle x, nb::handle y, nb::handle stream) {
-        Arg tx = in("softmax", "x", x), ty = out("softmax", "y", y);
-        cudaStream_t s = to_stream("softmax", stream);
-        nb::gil_scoped_release nogil;
-        tessel::softmax(tx.t, ty.t, s);
-      },
-      "x"_a.none(), "y"_a.none(), "stream"_a.none() = 0, "y = softmax(x) along the last axis.");
-  m.def(
-      "softmax_backward",
-      [](nb::handle y, nb::handle dy, nb::handle dx, nb::handle stream) {
-        Arg ty = in("softmax_backward", "y", y), tdy = in("softmax_backward", "dy", dy),
-            tdx = out("softmax_backward", "dx", dx);
-        cudaStream_t s = to_stream("softmax_backward", stream);
-        nb::gil_scoped_release nogil;
-        tessel::softmax_backward(ty.t, tdy.t, tdx.t, s);
-      },
-      "y"_a.none(), "dy"_a.none(), "dx"_a.none(), "stream"_a.none() = 0,
-      "dx = y * (dy - sum(dy * y)) along the last axis.");
-}
+}  // namespace tessel::py
