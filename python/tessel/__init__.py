@@ -152,3 +152,25 @@ def _load_torch_ops():
 
 
 torch_ops = _load_torch_ops()
+
+
+def _load_families():
+    """Op families beyond the core live in ``ops_<family>.py`` (wrappers, re-exported here)
+    and ``_torch_<family>.py`` (torch.library ops, loaded only with torch)."""
+    import importlib
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__))
+    for name in names:
+        if name.startswith("ops_"):
+            mod = importlib.import_module(f".{name}", __name__)
+            for sym in getattr(mod, "__all__", ()):
+                globals()[sym] = getattr(mod, sym)
+                __all__.append(sym)
+    if torch_ops is not None:
+        for name in names:
+            if name.startswith("_torch_"):
+                importlib.import_module(f".{name}", __name__)
+
+
+_load_families()
