@@ -51,14 +51,39 @@ struct alignas(sizeof(T) * N) Frag {
   T v[N];
 };
 
+// The machine word a fragment moves as: without it nvcc splits a struct-of-array store into
+// one store per element (seen: 8 × st.global.u16 for a bf16 fragment).
+template <int BYTES>
+struct FragWord;
+template <> struct FragWord<16> { using type = uint4; };
+template <> struct FragWord<8> { using type = uint2; };
+template <> struct FragWord<4> { using type = uint32_t; };
+template <> struct FragWord<2> { using type = uint16_t; };
+template <> struct FragWord<1> { using type = uint8_t; };
+
 template <int N, class T>
 __device__ __forceinline__ Frag<T, N> load_frag(const T* p) {
-  return *reinterpret_cast<const Frag<T, N>*>(p);
+  using W = typename FragWord<sizeof(T) * N>::type;
+  const W w = *reinterpret_cast<const W*>(p);
+  Frag<T, N> f;
+  memcpy(&f, &w, sizeof(W));
+  return f;
 }
 
 template <int N, class T>
 __device__ __forceinline__ void store_frag(T* p, const Frag<T, N>& f) {
-  *reinterpret_cast<Frag<T, N>*>(p) = f;
+  using W = typename FragWord<sizeof(T) * N>::type;
+  W w;
+  memcpy(&w, &f, sizeof(W));
+  if constexpr (sizeof(W) == 16) {
+    // Explicit 16-byte store: when a predicated scalar tail stores the same elements, LLVM
+    // sinks the common element stores and splits a plain uint4 store into four.
+    asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z),
+                 "r"(w.w)
+                 : "memory");
+  } else {
+    *reinterpret_cast<W*>(p) = w;
+  }
 }
 
 // Loads min(valid, N) elements; the rest are `fill`. valid may be <= 0.

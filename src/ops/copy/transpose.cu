@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       Frag<U, V> out;
 #pragma unroll
       for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
-      *reinterpret_cast<Frag<U, V>*>(smem + MT::offset(lane * V + j, warp)) = out;
+      store_frag<V>(reinterpret_cast<U*>(smem + MT::offset(lane * V + j, warp)), out);
     }
     __syncthreads();
     // 3. Whole destination rows: 8 chunks (128 bytes) per row, V rows per thread.
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       const int row = q / 8, chunk = q % 8;
       const int64_t dr = tc + row, dc = tr + chunk * V;
       if (dr >= cols || dc >= rows) continue;
-      const Frag<U, V> f = *reinterpret_cast<const Frag<U, V>*>(smem + MT::offset(row, chunk));
+      const Frag<U, V> f = load_frag<V>(reinterpret_cast<const U*>(smem + MT::offset(row, chunk)));
       store_frag_pred<V>(dst + dr * dst_pitch + dc, f, rows - dc);
     }
     __syncthreads();
