@@ -23,6 +23,8 @@ struct RowConfig {
   static constexpr int ITEMS = ITEMS_;
   static constexpr int THREADS = THREADS_;
   static constexpr int BLOCK = THREADS_ > 256 ? THREADS_ : 256;
+  // Blocks per SM that keep a thread at <= 64 registers (1024 threads resident per SM).
+  static constexpr int MIN_BLOCKS = 1024 / BLOCK;
 };
 
 // Elements each thread holds per row slice: 16 keeps a backward pass (two slices) under
@@ -51,6 +53,31 @@ bool dispatch_row_config(int64_t cols, bool vec_ok, F&& f) {
   else if (vecs <= 256 * kItems) f(RowConfig<VEC, kItems, 256>{});
   else if (vecs <= 512 * kItems) f(RowConfig<VEC, kItems, 512>{});
   else if (vecs <= 1024 * kItems) f(RowConfig<VEC, kItems, 1024>{});
+  else return false;
+  return true;
+}
+
+// Like dispatch_row_config, for kernels holding rows as RowFrags (storage dtype): each thread
+// keeps 4 vectors (64 bytes) per tensor in flight, whatever the dtype. Rows up to
+// 1024 × 4 × VEC elements (32768 for 16-bit types, 16384 for f32).
+template <int VEC, class F>
+bool dispatch_row_frags(int64_t cols, bool vec_ok, F&& f) {
+  if (!vec_ok) {
+    if (cols <= 128) {
+      f(RowConfig<1, 4, 32>{});
+      return true;
+    }
+    return false;
+  }
+  const int64_t vecs = (cols + VEC - 1) / VEC;
+  if (vecs <= 32) f(RowConfig<VEC, 1, 32>{});
+  else if (vecs <= 64) f(RowConfig<VEC, 2, 32>{});
+  else if (vecs <= 128) f(RowConfig<VEC, 4, 32>{});
+  else if (vecs <= 256) f(RowConfig<VEC, 4, 64>{});
+  else if (vecs <= 512) f(RowConfig<VEC, 4, 128>{});
+  else if (vecs <= 1024) f(RowConfig<VEC, 4, 256>{});
+  else if (vecs <= 2048) f(RowConfig<VEC, 4, 512>{});
+  else if (vecs <= 4096) f(RowConfig<VEC, 4, 1024>{});
   else return false;
   return true;
 }

@@ -75,12 +75,20 @@ __device__ __forceinline__ void store_frag(T* p, const Frag<T, N>& f) {
   using W = typename FragWord<sizeof(T) * N>::type;
   W w;
   memcpy(&w, &f, sizeof(W));
+  *reinterpret_cast<W*>(p) = w;
+}
+
+// A 16-byte store to global memory that stays one instruction: when a predicated scalar tail
+// stores the same elements, LLVM sinks the common element stores and splits a plain uint4
+// store into four (seen in the transpose: 8 × st.global.u16 per bf16 fragment).
+template <int N, class T>
+__device__ __forceinline__ void store_frag_global(T* p, const Frag<T, N>& f) {
+  using W = typename FragWord<sizeof(T) * N>::type;
+  W w;
+  memcpy(&w, &f, sizeof(W));
   if constexpr (sizeof(W) == 16) {
-    // Explicit 16-byte store: when a predicated scalar tail stores the same elements, LLVM
-    // sinks the common element stores and splits a plain uint4 store into four.
-    asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z),
-                 "r"(w.w)
-                 : "memory");
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y),
+                 "r"(w.z), "r"(w.w));
   } else {
     *reinterpret_cast<W*>(p) = w;
   }
@@ -96,10 +104,11 @@ __device__ __forceinline__ Frag<T, N> load_frag_pred(const T* p, int64_t valid, 
   return f;
 }
 
+// Global memory only: stores min(valid, N) elements.
 template <int N, class T>
 __device__ __forceinline__ void store_frag_pred(T* p, const Frag<T, N>& f, int64_t valid) {
   if (valid >= N) {
-    store_frag<N>(p, f);
+    store_frag_global<N>(p, f);
     return;
   }
 #pragma unroll
@@ -227,6 +236,57 @@ struct RowSlice {
     return r;
   }
 };
+
+// One row held in registers in its storage dtype: thread `lane` holds vectors lane,
+// lane+THREADS, … (ITEMS of them). Half the registers of a RowSlice for 16-bit types, so a
+// thread can keep more bytes in flight; values are converted to fp32 where they are used.
+// For ragged rows a vector is either entirely inside the row or entirely outside (callers
+// use VEC = 1 when cols % VEC != 0), so validity is per vector.
+template <class T, int VEC, int ITEMS, int THREADS>
+struct RowFrags {
+  static constexpr int kCols = VEC * ITEMS * THREADS;
+  Frag<T, VEC> f[ITEMS];
+
+  __device__ __forceinline__ static int64_t col(int i, int lane) {
+    return (static_cast<int64_t>(i) * THREADS + lane) * VEC;
+  }
+  __device__ __forceinline__ static bool valid(int i, int lane, int64_t cols) {
+    return col(i, lane) < cols;
+  }
+  __device__ __forceinline__ float at(int i, int j) const { return to_f32(f[i].v[j]); }
+
+  __device__ __forceinline__ void load(const T* row, int64_t cols, int lane) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (valid(i, lane, cols)) f[i] = load_frag<VEC>(row + col(i, lane));
+  }
+
+  // Fold g(value) over this thread's valid elements with Op, starting at Op's identity.
+  template <class Op, class G>
+  __device__ __forceinline__ float fold(int64_t cols, int lane, Op op, G g) const {
+    float r = Op::identity();
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (valid(i, lane, cols))
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r = op(r, g(at(i, j)));
+    return r;
+  }
+};
+
+// Stores out(i, j) — a float per element — for every valid vector of a row.
+template <class T, int VEC, int ITEMS, int THREADS, class F>
+__device__ __forceinline__ void store_row(T* row, int64_t cols, int lane, F out) {
+  using RF = RowFrags<T, VEC, ITEMS, THREADS>;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (!RF::valid(i, lane, cols)) continue;
+    Frag<T, VEC> f;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) f.v[j] = from_f32<T>(out(i, j));
+    store_frag_global<VEC>(row + RF::col(i, lane), f);
+  }
+}
 
 // ---- grid helpers ----------------------------------------------------------------------
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

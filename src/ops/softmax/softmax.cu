@@ -15,50 +15,50 @@ using detail::RowConfig;
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <class T, class Cfg>
-__global__ void __launch_bounds__(Cfg::BLOCK)
+__global__ void __launch_bounds__(Cfg::BLOCK, Cfg::MIN_BLOCKS)
     softmax_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                        int64_t x_pitch, int64_t y_pitch) {
   __shared__ float scratch[Cfg::BLOCK / 32];
+  using Row = RowFrags<T, Cfg::VEC, Cfg::ITEMS, Cfg::THREADS>;
   for (RowGroups<Cfg::THREADS, Cfg::BLOCK> g; g.valid_block(rows); g.next()) {
-    RowSlice<T, Cfg::VEC, Cfg::ITEMS, Cfg::THREADS> s;
-    if (g.active) s.load(x + g.row * x_pitch, cols, g.lane, -INFINITY);
-    else s.map([](float) { return -INFINITY; });
-    const float max = group_reduce<Cfg::THREADS, Cfg::BLOCK>(s.fold(MaxOp{}), MaxOp{}, scratch);
+    const int64_t n = g.active ? cols : 0;  // an inactive group folds nothing
+    Row r;
+    r.load(x + g.row * x_pitch, n, g.lane);
+    const float max = group_reduce<Cfg::THREADS, Cfg::BLOCK>(
+        r.fold(n, g.lane, MaxOp{}, [](float v) { return v; }), MaxOp{}, scratch);
     const float shift = max * kLog2e;
-    s.map([&](float v) { return exp2f(fmaf(v, kLog2e, -shift)); });
-    const float sum = group_reduce<Cfg::THREADS, Cfg::BLOCK>(s.fold(SumOp{}), SumOp{}, scratch);
+    auto e = [&](float v) { return exp2f(fmaf(v, kLog2e, -shift)); };
+    const float sum =
+        group_reduce<Cfg::THREADS, Cfg::BLOCK>(r.fold(n, g.lane, SumOp{}, e), SumOp{}, scratch);
     const float inv = 1.f / sum;
-    s.map([&](float v) { return v * inv; });
-    if (g.active) s.store(y + g.row * y_pitch, cols, g.lane);
+    // exp is recomputed rather than kept: registers stay in the storage dtype.
+    store_row<T, Cfg::VEC, Cfg::ITEMS, Cfg::THREADS>(
+        y + g.row * y_pitch, n, g.lane, [&](int i, int j) { return e(r.at(i, j)) * inv; });
   }
 }
 
 template <class T, class Cfg>
-__global__ void __launch_bounds__(Cfg::BLOCK)
+__global__ void __launch_bounds__(Cfg::BLOCK, Cfg::MIN_BLOCKS)
     softmax_bwd_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
                        int64_t rows, int64_t cols, int64_t y_pitch, int64_t dy_pitch,
                        int64_t dx_pitch) {
   __shared__ float scratch[Cfg::BLOCK / 32];
+  using Row = RowFrags<T, Cfg::VEC, Cfg::ITEMS, Cfg::THREADS>;
   for (RowGroups<Cfg::THREADS, Cfg::BLOCK> g; g.valid_block(rows); g.next()) {
-    RowSlice<T, Cfg::VEC, Cfg::ITEMS, Cfg::THREADS> ys, gs;
-    if (g.active) {
-      ys.load(y + g.row * y_pitch, cols, g.lane, 0.f);
-      gs.load(dy + g.row * dy_pitch, cols, g.lane, 0.f);
-    } else {
-      ys.map([](float) { return 0.f; });
-      gs.map([](float) { return 0.f; });
-    }
+    const int64_t n = g.active ? cols : 0;
+    Row ys, gs;
+    ys.load(y + g.row * y_pitch, n, g.lane);
+    gs.load(dy + g.row * dy_pitch, n, g.lane);
     float dot = 0.f;
 #pragma unroll
     for (int i = 0; i < Cfg::ITEMS; ++i)
+      if (Row::valid(i, g.lane, n))
 #pragma unroll
-      for (int j = 0; j < Cfg::VEC; ++j) dot = fmaf(ys.x[i][j], gs.x[i][j], dot);
+        for (int j = 0; j < Cfg::VEC; ++j) dot = fmaf(ys.at(i, j), gs.at(i, j), dot);
     dot = group_reduce<Cfg::THREADS, Cfg::BLOCK>(dot, SumOp{}, scratch);
-#pragma unroll
-    for (int i = 0; i < Cfg::ITEMS; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::VEC; ++j) gs.x[i][j] = ys.x[i][j] * (gs.x[i][j] - dot);
-    if (g.active) gs.store(dx + g.row * dx_pitch, cols, g.lane);
+    store_row<T, Cfg::VEC, Cfg::ITEMS, Cfg::THREADS>(
+        dx + g.row * dx_pitch, n, g.lane,
+        [&](int i, int j) { return ys.at(i, j) * (gs.at(i, j) - dot); });
   }
 }
 
@@ -155,7 +155,7 @@ void softmax(const Tensor& x, Tensor& y, cudaStream_t stream) {
     const T* xp = static_cast<const T*>(x.data);
     T* yp = static_cast<T*>(y.data);
     const bool vec_ok = detail::rows_vectorizable<T>(xr.cols, {{xp, xr.pitch}, {yp, yr.pitch}});
-    const bool in_registers = detail::dispatch_row_config<kVec16<T>>(xr.cols, vec_ok, [&](auto cfg) {
+    const bool in_registers = detail::dispatch_row_frags<kVec16<T>>(xr.cols, vec_ok, [&](auto cfg) {
       using Cfg = decltype(cfg);
       softmax_fwd_kernel<T, Cfg><<<detail::row_grid<Cfg>(xr.rows), Cfg::BLOCK, 0, stream>>>(
           xp, yp, xr.rows, xr.cols, xr.pitch, yr.pitch);
