@@ -1,8 +1,12 @@
-// tessel::gemm: float64 reference on small ragged shapes (both B layouts, bf16/f16 in,
-// f32/f16/bf16 out, alpha/beta with C, pitched operands, a multi-tile shape per tile
-// config) and argument validation (no GPU needed).
+// tessel::gemm / tessel::bmm: float64 reference on small ragged shapes (both B layouts,
+// bf16/f16 in, f32/f16/bf16 out, alpha/beta with C, pitched operands, a multi-tile shape per
+// tile config), every fused epilogue (bias f32 / d's dtype, relu / gelu_tanh / gelu / silu,
+// residual C, combinations), split-K (forced slice counts, bitwise determinism), strided
+// batched GEMM (per-batch and shared operands, pitched batches), and argument validation (no
+// GPU needed).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -13,10 +17,23 @@ namespace tessel::test {
 namespace {
 
 // f32 output: fp32 accumulation in a different order than the float64 reference
-// (K up to 520 terms), so a little wider than the element-wise f32 row of the table.
+// (K up to ~1000 terms), so a little wider than the element-wise f32 row of the table.
 Tolerance gemm_tolerance(DType out) {
-  return out == DType::f32 ? Tolerance{5e-5, 1e-4} : tolerance(out);
+  return out == DType::f32 ? Tolerance{1e-4, 1e-4} : tolerance(out);
 }
+
+double act_ref(GemmActivation a, double x) {
+  switch (a) {
+    case GemmActivation::relu: return x > 0 ? x : 0.0;
+    case GemmActivation::gelu_tanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case GemmActivation::gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case GemmActivation::silu: return x / (1.0 + std::exp(-x));
+    default: return x;
+  }
+}
+
+enum class Bias { none, f32, out };
 
 struct Case {
   int64_t m, n, k;
@@ -25,6 +42,14 @@ struct Case {
   float alpha = 1.f, beta = 0.f;
   int64_t pitch_pad = 0;  // extra elements per row of a and b (multiple of 8)
   bool in_place_c = false;
+  Bias bias = Bias::none;
+  GemmActivation act = GemmActivation::none;
+  int split_k = 0;
+  // bmm: batch > 0 calls bmm with (batch, ...) tensors; shared_a / shared_b pass 2-D ones.
+  int64_t batch = 0;
+  bool shared_a = false, shared_b = false;
+  int64_t batch_pad = 0;  // extra elements between batches of a, b, d
+  bool repeat_bitwise = false;  // run twice on the same inputs: the same bits
 };
 
 std::string describe(const Case& c) {
@@ -32,52 +57,91 @@ std::string describe(const Case& c) {
          " in=" + dtype_name(c.in) + " out=" + dtype_name(c.out) +
          (c.layout == BLayout::nk ? " B(N,K)" : " B(K,N)") + " alpha=" + std::to_string(c.alpha) +
          " beta=" + std::to_string(c.beta) + " pad=" + std::to_string(c.pitch_pad) +
-         (c.in_place_c ? " c=d" : "");
+         (c.in_place_c ? " c=d" : "") +
+         (c.bias == Bias::none ? "" : c.bias == Bias::f32 ? " bias=f32" : " bias=out") +
+         " act=" + gemm_activation_name(c.act) + " split_k=" + std::to_string(c.split_k) +
+         (c.batch ? " batch=" + std::to_string(c.batch) + (c.shared_a ? " shared_a" : "") +
+                        (c.shared_b ? " shared_b" : "") + " batch_pad=" + std::to_string(c.batch_pad)
+                  : "");
+}
+
+// (batch, rows, cols) with rows `pitch` apart and batches `rows*pitch + batch_pad` apart;
+// batch == 0: a 2-D (rows, cols) view.
+DeviceTensor alloc_batched(DType dt, int64_t batch, int64_t rows, int64_t cols, int64_t pitch,
+                           int64_t batch_pad) {
+  if (batch == 0) return alloc_pitched(dt, {rows, cols}, pitch);
+  return alloc_view(dt, {batch, rows, cols}, {rows * pitch + batch_pad, pitch, 1});
 }
 
 class GemmGpu : public GpuTest {
  protected:
-  void check(const Case& c) {
+  // Runs the case; returns the output bytes (for determinism checks).
+  std::vector<uint8_t> check(const Case& c) {
     SCOPED_TRACE(describe(c));
     const bool kn = c.layout == BLayout::kn;
+    const int64_t L = c.batch ? c.batch : 1;
+    const int64_t La = c.batch && !c.shared_a ? c.batch : 0, Lb = c.batch && !c.shared_b ? c.batch : 0;
     const int64_t b_rows = kn ? c.k : c.n, b_cols = kn ? c.n : c.k;
-    std::vector<double> a = rng().uniform(static_cast<size_t>(c.m * c.k), -1, 1);
-    std::vector<double> b = rng().uniform(static_cast<size_t>(b_rows * b_cols), -1, 1);
-    DeviceTensor da = alloc_pitched(c.in, {c.m, c.k}, c.k + c.pitch_pad);
-    DeviceTensor db = alloc_pitched(c.in, {b_rows, b_cols}, b_cols + c.pitch_pad);
+    std::vector<double> a = rng().uniform(static_cast<size_t>((La ? La : 1) * c.m * c.k), -1, 1);
+    std::vector<double> b = rng().uniform(static_cast<size_t>((Lb ? Lb : 1) * b_rows * b_cols), -1, 1);
+    DeviceTensor da = alloc_batched(c.in, La, c.m, c.k, c.k + c.pitch_pad, c.batch_pad);
+    DeviceTensor db = alloc_batched(c.in, Lb, b_rows, b_cols, b_cols + c.pitch_pad, c.batch_pad);
     upload_values(da, a);
     upload_values(db, b);
-    DeviceTensor dd = alloc(c.out, {c.m, c.n});
-    std::vector<double> cv;
-    DeviceTensor dc;
+    DeviceTensor dd = alloc_batched(c.out, c.batch, c.m, c.n, c.n, c.batch_pad);
+    std::vector<double> cv, bias;
+    DeviceTensor dc, dbias;
     GemmOptions opt;
     opt.alpha = c.alpha;
     opt.beta = c.beta;
     opt.b_layout = c.layout;
+    opt.activation = c.act;
+    opt.split_k = c.split_k;
+    if (c.bias != Bias::none) {
+      bias = rng().uniform(static_cast<size_t>(c.n), -1, 1);
+      dbias = to_device(c.bias == Bias::f32 ? DType::f32 : c.out, {c.n}, bias);
+      opt.bias = &dbias.t;
+    }
     if (c.beta != 0.f) {
-      cv = rng().uniform(static_cast<size_t>(c.m * c.n), -1, 1);
+      cv = rng().uniform(static_cast<size_t>(L * c.m * c.n), -1, 1);
       if (c.in_place_c) {
         upload_values(dd, cv);
         opt.c = &dd.t;
       } else {
-        dc = alloc(c.out, {c.m, c.n});
+        dc = alloc_batched(c.out, c.batch, c.m, c.n, c.n, 0);
         upload_values(dc, cv);
         opt.c = &dc.t;
       }
     }
-    gemm(da.t, db.t, dd.t, stream(), opt);
+    if (c.batch) bmm(da.t, db.t, dd.t, stream(), opt);
+    else gemm(da.t, db.t, dd.t, stream(), opt);
     sync();
-    std::vector<double> ref(static_cast<size_t>(c.m * c.n));
-    for (int64_t i = 0; i < c.m; ++i)
-      for (int64_t j = 0; j < c.n; ++j) {
-        double s = 0.0;
-        for (int64_t p = 0; p < c.k; ++p)
-          s += a[i * c.k + p] * (kn ? b[p * c.n + j] : b[j * c.k + p]);
-        s *= c.alpha;
-        if (c.beta != 0.f) s += double{c.beta} * cv[i * c.n + j];
-        ref[i * c.n + j] = s;
-      }
+    std::vector<double> ref(static_cast<size_t>(L * c.m * c.n));
+    for (int64_t l = 0; l < L; ++l) {
+      const double* al = a.data() + (La ? l : 0) * c.m * c.k;
+      const double* bl = b.data() + (Lb ? l : 0) * b_rows * b_cols;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double s = 0.0;
+          for (int64_t p = 0; p < c.k; ++p) s += al[i * c.k + p] * (kn ? bl[p * c.n + j] : bl[j * c.k + p]);
+          s = s * c.alpha + (bias.empty() ? 0.0 : bias[j]);
+          s = act_ref(c.act, s);
+          const int64_t o = (l * c.m + i) * c.n + j;
+          if (c.beta != 0.f) s += double{c.beta} * cv[o];
+          ref[o] = s;
+        }
+    }
     EXPECT_TRUE(all_close(download_values(dd), ref, gemm_tolerance(c.out)));
+    EXPECT_TRUE(outside_untouched(dd));
+    std::vector<uint8_t> bytes = download_bytes(dd);
+    if (c.repeat_bitwise && !c.in_place_c) {
+      poison(dd);
+      if (c.batch) bmm(da.t, db.t, dd.t, stream(), opt);
+      else gemm(da.t, db.t, dd.t, stream(), opt);
+      sync();
+      EXPECT_TRUE(download_bytes(dd) == bytes) << "second run differs";
+    }
+    return bytes;
   }
 };
 
@@ -116,10 +180,121 @@ TEST_F(GemmGpu, LargeTileConfig) {
   for (BLayout layout : {BLayout::nk, BLayout::kn})
     check({2100, 2312, 200, DType::bf16, DType::bf16, layout});
   check({2100, 2312, 72, DType::f16, DType::f32, BLayout::nk});
+  Case c{2100, 2312, 136, DType::bf16, DType::bf16, BLayout::nk, 0.5f, 1.f};
+  c.bias = Bias::f32;
+  c.act = GemmActivation::gelu_tanh;
+  check(c);
+}
+
+// Every activation with and without bias (f32 and d's dtype) and residual, per output dtype.
+TEST_F(GemmGpu, FusedEpilogues) {
+  const GemmActivation acts[] = {GemmActivation::none, GemmActivation::relu, GemmActivation::gelu_tanh,
+                                 GemmActivation::gelu, GemmActivation::silu};
+  int i = 0;
+  for (DType out : {DType::bf16, DType::f16, DType::f32})
+    for (GemmActivation act : acts)
+      for (Bias bias : {Bias::none, Bias::f32, Bias::out}) {
+        Case c{i % 2 ? 127 : 300, 136, 200, out == DType::f16 ? DType::f16 : DType::bf16, out,
+               i % 3 == 2 ? BLayout::kn : BLayout::nk};
+        c.bias = bias;
+        c.act = act;
+        if (i % 4 == 1) {  // residual
+          c.beta = 1.f;
+          c.in_place_c = i % 8 == 1;
+        }
+        check(c);
+        ++i;
+      }
+}
+
+// The LLM combinations: bias + GELU (MLP up), bias + residual (projections), SiLU (gate).
+TEST_F(GemmGpu, LlmCombinations) {
+  Case up{256, 520, 264, DType::bf16, DType::bf16, BLayout::nk};
+  up.bias = Bias::out;
+  up.act = GemmActivation::gelu_tanh;
+  check(up);
+  Case proj{256, 264, 520, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f};
+  proj.bias = Bias::out;
+  check(proj);
+  proj.in_place_c = true;
+  check(proj);
+  Case gate{33, 264, 256, DType::f16, DType::f16, BLayout::nk};
+  gate.act = GemmActivation::silu;
+  check(gate);
+}
+
+// Forced K slices, odd counts and uneven K blocks, every output dtype, with epilogues; two
+// runs give the same bits.
+TEST_F(GemmGpu, SplitK) {
+  int i = 0;
+  for (int s : {2, 3, 5})
+    for (int64_t m : {1, 127, 300})
+      for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+        const DType out = i % 3 == 0 ? DType::bf16 : i % 3 == 1 ? DType::f32 : DType::f16;
+        Case c{m, i % 2 ? 520 : 136, 1000, DType::bf16, out, layout};
+        c.split_k = s;
+        if (i % 4 == 1) {
+          c.bias = Bias::f32;
+          c.act = GemmActivation::gelu_tanh;
+        }
+        if (i % 4 == 2) c.beta = 1.f;
+        check(c);
+        ++i;
+      }
+  // automatic choice on a long-K, small-M·N shape, f16 in
+  check({128, 264, 4096, DType::f16, DType::f32, BLayout::nk});
+}
+
+TEST_F(GemmGpu, SplitKIsDeterministic) {
+  for (int s : {4, 7}) {
+    Case c{200, 520, 2048, DType::bf16, DType::f32, BLayout::nk};
+    c.split_k = s;
+    c.repeat_bitwise = true;
+    check(c);
+  }
+}
+
+TEST_F(GemmGpu, BatchedMatchesFloat64) {
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    Case c{127, 136, 200, DType::bf16, DType::bf16, layout};
+    c.batch = 3;
+    check(c);
+    c.shared_b = true;  // one weight for every batch
+    check(c);
+    c.shared_b = false;
+    c.shared_a = true;
+    check(c);
+    c.shared_a = false;
+    c.batch_pad = 40;  // batches further apart than dense
+    c.pitch_pad = 8;
+    c.out = DType::f32;
+    check(c);
+  }
+  Case e{64, 264, 136, DType::f16, DType::f16, BLayout::nk, 0.5f, 1.f};
+  e.batch = 5;
+  e.bias = Bias::f32;
+  e.act = GemmActivation::silu;
+  check(e);
+  Case s{3, 136, 1000, DType::bf16, DType::f32, BLayout::kn};
+  s.batch = 4;
+  s.split_k = 3;
+  check(s);
+  Case one{130, 8, 8, DType::bf16, DType::bf16, BLayout::nk};
+  one.batch = 1;
+  check(one);
+  // many batches of small matrices (attention-like)
+  Case many{64, 64, 64, DType::bf16, DType::bf16, BLayout::kn};
+  many.batch = 48;
+  check(many);
 }
 
 TEST_F(GemmGpu, ZeroK) {
   Case c{5, 16, 0, DType::bf16, DType::f32, BLayout::nk, 1.f, 2.f};
+  check(c);
+  c.bias = Bias::f32;
+  c.act = GemmActivation::gelu;
+  check(c);
+  c.batch = 2;
   check(c);
 }
 
@@ -129,14 +304,17 @@ Tensor fake(DType dt, std::initializer_list<int64_t> shape) {
 }
 
 void expect_error(const Tensor& a, const Tensor& b, Tensor d, const GemmOptions& opt,
-                  const std::string& arg, const std::string& needle) {
+                  const std::string& arg, const std::string& needle, bool batched = false) {
+  const char* op = batched ? "bmm" : "gemm";
   try {
-    gemm(a, b, d, nullptr, opt);
+    if (batched) bmm(a, b, d, nullptr, opt);
+    else gemm(a, b, d, nullptr, opt);
     ADD_FAILURE() << "expected tessel::Error mentioning " << needle;
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("gemm"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(arg), std::string::npos) << msg;
+    EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT) << msg;
+    EXPECT_NE(msg.find(op), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + arg + "'"), std::string::npos) << msg;
     EXPECT_NE(msg.find(needle), std::string::npos) << msg;
   }
 }
@@ -164,7 +342,7 @@ TEST(GemmErrors, RejectsBadArguments) {
                nk, "b", "K = 32");
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 16}),
                nk, "d", "(16, 24)");
-  // beta without c, c of the wrong dtype
+  // beta without c, c of the wrong dtype / shape
   GemmOptions beta;
   beta.beta = 1.f;
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
@@ -173,9 +351,65 @@ TEST(GemmErrors, RejectsBadArguments) {
   beta.c = &c32;
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
                beta, "c", "f32");
+  Tensor c_small = fake(DType::bf16, {8, 16});
+  beta.c = &c_small;
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               beta, "c", "(8, 16)");
   // rank
   expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
                nk, "a", "3");
+  // bias: wrong length, rank, dtype
+  GemmOptions bo;
+  Tensor bias_short = fake(DType::f32, {8});
+  bo.bias = &bias_short;
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 24}),
+               bo, "bias", "(24,)");
+  Tensor bias_2d = fake(DType::f32, {1, 24});
+  bo.bias = &bias_2d;
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 24}),
+               bo, "bias", "(24,)");
+  Tensor bias_f16 = fake(DType::f16, {24});
+  bo.bias = &bias_f16;
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 24}),
+               bo, "bias", "f16");
+  // activation / split_k out of range
+  GemmOptions bad_act;
+  bad_act.activation = static_cast<GemmActivation>(9);
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               bad_act, "activation", "9");
+  GemmOptions bad_split;
+  bad_split.split_k = -2;
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               bad_split, "split_k", "-2");
+  // pitch not a multiple of 8
+  Tensor a_pitch = fake(DType::bf16, {16, 16});
+  a_pitch.strides[0] = 20;
+  expect_error(a_pitch, fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), nk, "a", "pitch");
+}
+
+TEST(GemmErrors, RejectsBadBatchedArguments) {
+  const GemmOptions nk{};
+  // d must be 3-D
+  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {16, 16}),
+               nk, "d", "3-D", true);
+  // batch mismatch
+  expect_error(fake(DType::bf16, {3, 16, 16}), fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}),
+               nk, "a", "batch 2", true);
+  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {3, 16, 16}), fake(DType::bf16, {2, 16, 16}),
+               nk, "b", "batch 2", true);
+  // batch stride not a multiple of 8
+  Tensor a_odd = fake(DType::bf16, {2, 16, 16});
+  a_odd.strides[0] = 260;
+  expect_error(a_odd, fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}), nk, "a",
+               "batch stride", true);
+  // overlapping output batches
+  Tensor d_bcast = fake(DType::bf16, {2, 16, 16});
+  d_bcast.strides[0] = 0;
+  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}), d_bcast, nk, "d",
+               "batch stride", true);
+  // rank 4
+  expect_error(fake(DType::bf16, {1, 2, 16, 16}), fake(DType::bf16, {2, 16, 16}),
+               fake(DType::bf16, {2, 16, 16}), nk, "a", "4-D", true);
 }
 
 TEST(GemmErrors, EmptyIsNoOp) {
@@ -183,6 +417,14 @@ TEST(GemmErrors, EmptyIsNoOp) {
   Tensor b = Tensor::contiguous(nullptr, DType::bf16, {16, 16});
   Tensor d = Tensor::contiguous(nullptr, DType::bf16, {0, 16});
   EXPECT_NO_THROW(gemm(a, b, d, nullptr));
+  Tensor a3 = Tensor::contiguous(nullptr, DType::bf16, {0, 4, 16});
+  Tensor d3 = Tensor::contiguous(nullptr, DType::bf16, {0, 4, 16});
+  EXPECT_NO_THROW(bmm(a3, b, d3, nullptr));
+}
+
+TEST(GemmErrors, ActivationNames) {
+  EXPECT_STREQ(gemm_activation_name(GemmActivation::gelu_tanh), "gelu_tanh");
+  EXPECT_STREQ(gemm_activation_name(GemmActivation::silu), "silu");
 }
 
 }  // namespace

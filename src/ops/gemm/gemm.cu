@@ -1,103 +1,136 @@
-// tessel::gemm: argument validation, kernel choice and launch (kernel in gemm_kernel.cuh).
+// tessel::gemm / tessel::bmm: argument validation, tile-config and split-K choice, launch
+// (kernel in gemm_kernel.cuh), the K = 0 path.
 //
-// Instantiations (kept lean for 2-core CI): {bf16, f16} x {B (N,K), B (K,N)} x {128x256
-// cluster 2x1, 128x128, 128x64 tiles}; the output dtype is a run-time switch inside the epilogue.
+// Kernels are instantiated in gemm_bf16.cu and gemm_f16.cu (one per input dtype, so a 2-core
+// build compiles them in parallel): {B (N,K), B (K,N)} x {128x256 cluster 2x1, 128x128,
+// 128x64 tiles} each; output dtype, bias, activation, C, batching and split-K are run-time
+// switches inside one kernel per combination.
 #include <cutlass/numeric_types.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
-#include "ops/gemm/gemm_kernel.cuh"
-#include "tile/tile.cuh"
+#include "ops/gemm/gemm_run.cuh"
 #include "runtime/check.hpp"
+#include "runtime/workspace.hpp"
 #include "tessel/gemm.hpp"
+#include "tile/tile.cuh"
+
+// The weight-streaming small-M (decode) kernel, where present; TESSEL_GEMM_NO_SMALL_M
+// leaves it out (standalone builds of this family).
+#if __has_include("ops/gemm/gemm_small_m.hpp") && !defined(TESSEL_GEMM_NO_SMALL_M)
+#include "ops/gemm/gemm_small_m.hpp"
+#define TESSEL_GEMM_HAVE_SMALL_M 1
+#endif
 
 namespace tessel {
 namespace {
 
-using gemm_detail::GemmConfig;
+using gemm_detail::GemmOperands;
 using gemm_detail::GemmParams;
+using tile::sm90::Act;
 using tile::sm90::Major;
 using tile::sm90::OutType;
 
-int g_raster_group = 0;  // 0: heuristic below; > 0: forced (tuning hook, set_raster_group)
+using gemm_detail::kBig;
+using gemm_detail::kMid;
+using gemm_detail::kSmall;
 
-// 128x256 tiles in clusters of 2 along M (B multicast) when they fill the machine; else
-// 128x128, else 128x64 tiles (small M: more CTAs streaming B).
-template <class T, Major MB>
-using BigTile = GemmConfig<T, MB, 128, 256, 64, 4, 2>;
-template <class T, Major MB>
-using MidTile = GemmConfig<T, MB, 128, 128, 64, 6, 1>;
-template <class T, Major MB>
-using SmallTile = GemmConfig<T, MB, 128, 64, 64, 8, 1>;
+// Tuning hooks (gemm_detail::set_tuning): forced tile config / splits / raster group.
+int g_force_cfg = -1, g_force_splits = 0, g_force_group = 0;
 
-// Raster group: 8 cluster-tile rows walked together (a shape-dependent choice was tried and
-// not confirmed by the suite runs; docs/gemm.md step 3).
-template <class Cfg>
-cudaError_t launch(const void* a, int64_t lda, const void* b, int64_t ldb, GemmParams p, int sms,
-                   cudaStream_t stream) {
-  p.group = g_raster_group > 0 ? g_raster_group : 8;
-  return gemm_detail::launch_gemm<Cfg>(a, lda, b, ldb, p, sms, stream);
+struct Plan {
+  int cfg = kBig;
+  int splits = 1;
+  int group = 8;
+};
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Tile shape, K split and raster group for (M, N, K) x L on `sms` SMs (docs/gemm.md,
+// "small M" sweep):
+//  * 128x256 (cluster 2x1) when its cluster tiles fill every cluster slot;
+//  * else 128x128 when its tiles fill the machine;
+//  * else (few output tiles) 128x64 tiles when M <= 256 (more CTAs streaming B; A is small),
+//    else 128x128, with S = min(#SMs / tiles, K blocks / 16, 16) K slices;
+//  * raster groups of 8 cluster-tile rows.
+Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, int split_k, int sms) {
+  Plan pl;
+  const int64_t tm = cdiv(M, 128), kt = cdiv(K, 64);
+  const int64_t cluster_tiles = cdiv(tm, 2) * cdiv(N, 256) * L;
+  const int64_t t128 = tm * cdiv(N, 128) * L, t64 = tm * cdiv(N, 64) * L;
+  // 128x256 tiles waste MMA on the columns past N (attention's N = head_dim = 128).
+  const bool wide_ok = N % 256 == 0 || N >= 1024 || t128 < sms;
+  if (tm >= 2 && cluster_tiles >= sms / 2 && wide_ok) {
+    pl.cfg = kBig;
+  } else if (t128 >= sms) {
+    pl.cfg = kMid;
+  } else {
+    pl.cfg = tm <= 2 ? kSmall : kMid;
+    const int64_t tiles = pl.cfg == kSmall ? t64 : t128;
+    pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({16, sms / tiles, kt / 16})));
+  }
+  if (split_k >= 1 && pl.cfg != kBig) pl.splits = split_k;
+  if (pl.cfg == kBig) pl.splits = 1;
+  pl.splits = static_cast<int>(std::min<int64_t>(std::max(pl.splits, 1), kt));
+  return pl;
 }
 
-template <class T, Major MB>
-void run(const void* a, int64_t lda, const void* b, int64_t ldb, const GemmParams& p,
-         cudaStream_t stream) {
-  const int sms = detail::current_sm_count();
-  const int64_t tiles_m = (p.m + 127) / 128;
-  cudaError_t err;
-  if (tiles_m * ((p.n + 255) / 256) >= sms)
-    err = launch<BigTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
-  else if (tiles_m * ((p.n + 127) / 128) >= sms)
-    err = launch<MidTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
-  else
-    err = launch<SmallTile<T, MB>>(a, lda, b, ldb, p, sms, stream);
-  TESSEL_CUDA_CHECK(err);
-}
-
-template <class T>
-void run_layout(BLayout layout, const void* a, int64_t lda, const void* b, int64_t ldb,
-                const GemmParams& p, cudaStream_t stream) {
-  if (layout == BLayout::nk) run<T, Major::K>(a, lda, b, ldb, p, stream);
-  else run<T, Major::MN>(a, lda, b, ldb, p, stream);
-}
-
-// K == 0: D = beta * C (or 0).
+// K == 0: D = act(bias) + beta * C.
 template <class TD>
-__global__ void scale_kernel(TD* d, int64_t ldd, const TD* c, int64_t ldc, int m, int n,
-                             float beta) {
-  const int64_t total = int64_t{m} * n;
+__global__ void k0_kernel(TD* d, int64_t ldd, int64_t bsd, const TD* c, int64_t ldc, int64_t bsc,
+                          const void* bias, bool bias_f32, Act act, int m, int n, int batches,
+                          float beta) {
+  const int64_t per = int64_t{m} * n, total = per * batches;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / n, col = i % n;
-    const float v = c ? beta * tile::to_f32(c[r * ldc + col]) : 0.f;
-    d[r * ldd + col] = tile::from_f32<TD>(v);
+    const int64_t l = i / per, r = (i % per) / n, col = i % n;
+    float v = 0.f;
+    if (bias) v = bias_f32 ? static_cast<const float*>(bias)[col] : tile::to_f32(static_cast<const TD*>(bias)[col]);
+    v = tile::sm90::activate(v, act);
+    if (c) v += beta * tile::to_f32(c[l * bsc + r * ldc + col]);
+    d[l * bsd + r * ldd + col] = tile::from_f32<TD>(v);
   }
 }
 
-template <class TD>
-void scale(const Tensor& d, int64_t ldd, const Tensor* c, int64_t ldc, float beta,
-           cudaStream_t stream) {
-  const int m = static_cast<int>(d.shape[0]), n = static_cast<int>(d.shape[1]);
-  const int64_t total = int64_t{m} * n;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4096));
-  scale_kernel<TD><<<grid, 256, 0, stream>>>(static_cast<TD*>(d.data), ldd,
-                                             c ? static_cast<const TD*>(c->data) : nullptr, ldc,
-                                             m, n, beta);
-  TESSEL_CUDA_CHECK(cudaGetLastError());
+// A (batch, rows, cols) view of a 2-D or 3-D argument: last stride 1, row pitch and batch
+// stride multiples of 8 elements (batch stride 0: the same matrix for every batch).
+struct View {
+  int64_t batch = 1, rows = 0, cols = 0, pitch = 0, bstride = 0;
+};
+
+View view_of(const detail::OpCheck& chk, const char* arg, const Tensor& t) {
+  View v;
+  const int r = t.ndim;
+  v.rows = t.shape[r - 2];
+  v.cols = t.shape[r - 1];
+  v.batch = r == 3 ? t.shape[0] : 1;
+  if (t.numel() == 0) return v;
+  if (v.cols > 1 && t.strides[r - 1] != 1)
+    chk.fail(arg, "unit stride on the last axis", "stride " + std::to_string(t.strides[r - 1]));
+  v.pitch = v.rows > 1 ? t.strides[r - 2] : v.cols;
+  v.bstride = r == 3 && v.batch > 1 ? t.strides[0] : 0;
+  if (v.rows > 1 && (v.pitch % 8 != 0 || v.pitch < v.cols))
+    chk.fail(arg, "row pitch a multiple of 8 elements, >= the row length",
+             "pitch " + std::to_string(v.pitch));
+  if (v.bstride % 8 != 0 || v.bstride < 0)
+    chk.fail(arg, "batch stride a non-negative multiple of 8 elements",
+             "batch stride " + std::to_string(v.bstride));
+  if (!detail::aligned(t.data, 16)) chk.fail(arg, "data pointer aligned to 16 bytes", "misaligned pointer");
+  return v;
 }
 
 std::string dim_name(const char* what, int64_t v) { return std::string(what) + " = " + std::to_string(v); }
 
-}  // namespace
+Act to_act(GemmActivation a) { return static_cast<Act>(static_cast<int>(a)); }
 
-namespace gemm_detail {
-// Tuning hook for benchmarks (not public API): cluster-tile rows per raster group.
-void set_raster_group(int group) { g_raster_group = group > 0 ? group : 0; }
-}  // namespace gemm_detail
-
-void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, const GemmOptions& opt) {
-  detail::OpCheck chk("gemm");
+void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, Tensor& d,
+               cudaStream_t stream, const GemmOptions& opt) {
+  detail::OpCheck chk(op);
   const bool kn = opt.b_layout == BLayout::kn;
   const Tensor* c = opt.beta != 0.f ? opt.c : nullptr;
   // dtype
@@ -107,72 +140,200 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, cons
   if (opt.beta != 0.f && opt.c == nullptr)
     chk.fail("c", "a tensor when beta != 0", "none (beta = " + std::to_string(opt.beta) + ")");
   if (c) chk.same_dtype("c", *c, "d", d);
+  if (opt.bias) {
+    chk.valid_layout("bias", *opt.bias);
+    if (opt.bias->dtype != DType::f32 && opt.bias->dtype != d.dtype)
+      chk.fail("bias", std::string("dtype f32 or ") + dtype_name(d.dtype) + " (d's)",
+               dtype_name(opt.bias->dtype));
+  }
+  if (opt.b_layout != BLayout::nk && opt.b_layout != BLayout::kn)
+    chk.fail("b_layout", "nk (0) or kn (1)", std::to_string(static_cast<int>(opt.b_layout)));
+  if (static_cast<int>(opt.activation) < 0 || static_cast<int>(opt.activation) > 4)
+    chk.fail("activation", "none/relu/gelu_tanh/gelu/silu (0..4)",
+             std::to_string(static_cast<int>(opt.activation)));
+  if (opt.split_k < 0) chk.fail("split_k", "0 (automatic) or a positive slice count", std::to_string(opt.split_k));
   // rank / shape
-  chk.rank_in("a", a, 2, 2);
-  chk.rank_in("b", b, 2, 2);
-  chk.rank_in("d", d, 2, 2);
-  if (c) chk.rank_in("c", *c, 2, 2);
-  const int64_t M = a.shape[0], K = a.shape[1];
-  const int64_t N = kn ? b.shape[1] : b.shape[0];
-  const int64_t Kb = kn ? b.shape[0] : b.shape[1];
+  chk.rank_in("a", a, 2, batched ? 3 : 2);
+  chk.rank_in("b", b, 2, batched ? 3 : 2);
+  chk.rank_in("d", d, batched ? 3 : 2, batched ? 3 : 2);
+  if (c) chk.rank_in("c", *c, d.ndim, d.ndim);
+  const int64_t L = batched ? d.shape[0] : 1;
+  const int64_t M = a.shape[a.ndim - 2], K = a.shape[a.ndim - 1];
+  const int64_t N = kn ? b.shape[b.ndim - 1] : b.shape[b.ndim - 2];
+  const int64_t Kb = kn ? b.shape[b.ndim - 2] : b.shape[b.ndim - 1];
+  if (batched && a.ndim == 3 && a.shape[0] != L)
+    chk.fail("a", "batch " + std::to_string(L) + " (d's) or a 2-D matrix", a.shape_string());
+  if (batched && b.ndim == 3 && b.shape[0] != L)
+    chk.fail("b", "batch " + std::to_string(L) + " (d's) or a 2-D matrix", b.shape_string());
   if (Kb != K)
     chk.fail("b", std::string(kn ? "(K, N) with K = " : "(N, K) with K = ") + std::to_string(K) +
                       " (a's columns)",
              b.shape_string());
-  if (d.shape[0] != M || d.shape[1] != N)
-    chk.fail("d", "(M, N) = (" + std::to_string(M) + ", " + std::to_string(N) + ")", d.shape_string());
+  if (d.shape[d.ndim - 2] != M || d.shape[d.ndim - 1] != N)
+    chk.fail("d", batched ? "(batch, M, N) with (M, N) = (" + std::to_string(M) + ", " + std::to_string(N) + ")"
+                          : "(M, N) = (" + std::to_string(M) + ", " + std::to_string(N) + ")",
+             d.shape_string());
   if (c) chk.same_shape("c", *c, "d", d);
+  if (opt.bias && !(opt.bias->ndim == 1 && opt.bias->shape[0] == N))
+    chk.fail("bias", "shape (" + std::to_string(N) + ",) (N)", opt.bias->shape_string());
   if (N % 8 != 0) chk.fail("b", "N a multiple of 8", dim_name("N", N));
   if (K % 8 != 0) chk.fail("a", "K a multiple of 8", dim_name("K", K));
   constexpr int64_t kMaxDim = int64_t{1} << 31;
-  if (M >= kMaxDim || N >= kMaxDim || K >= kMaxDim)
-    chk.fail("a", "M, N, K < 2^31", "(" + std::to_string(M) + ", " + std::to_string(N) + ", " +
-                                        std::to_string(K) + ")");
+  if (M >= kMaxDim || N >= kMaxDim || K >= kMaxDim || L >= kMaxDim)
+    chk.fail("a", "M, N, K, batch < 2^31", "(" + std::to_string(M) + ", " + std::to_string(N) + ", " +
+                                            std::to_string(K) + ", " + std::to_string(L) + ")");
   // strides / alignment
-  const detail::Rows ar = chk.rows("a", a), br = chk.rows("b", b), dr = chk.rows("d", d);
-  const detail::Rows cr = c ? chk.rows("c", *c) : detail::Rows{};
-  auto pitch_ok = [&](const char* arg, const Tensor& t, const detail::Rows& r) {
-    if (t.numel() == 0) return;
-    if (r.rows > 1 && r.pitch % 8 != 0)
-      chk.fail(arg, "row pitch a multiple of 8 elements", "pitch " + std::to_string(r.pitch));
-    if (!detail::aligned(t.data, 16)) chk.fail(arg, "data pointer aligned to 16 bytes", "misaligned pointer");
-  };
-  pitch_ok("a", a, ar);
-  pitch_ok("b", b, br);
-  pitch_ok("d", d, dr);
-  if (c) pitch_ok("c", *c, cr);
-  if (M == 0 || N == 0) return;
+  const View av = view_of(chk, "a", a), bv = view_of(chk, "b", b), dv = view_of(chk, "d", d);
+  const View cv = c ? view_of(chk, "c", *c) : View{};
+  if (opt.bias && opt.bias->numel() > 0) {
+    if (N > 1 && opt.bias->strides[0] != 1)
+      chk.fail("bias", "a contiguous vector", "stride " + std::to_string(opt.bias->strides[0]));
+    if (!detail::aligned(opt.bias->data, 2 * dtype_size(opt.bias->dtype)))
+      chk.fail("bias", "data pointer aligned to two elements", "misaligned pointer");
+  }
+  if (L > 1 && M > 0 && N > 0 && dv.bstride == 0)
+    chk.fail("d", "a non-zero batch stride (batches must not overlap)", "batch stride 0");
+  if (M == 0 || N == 0 || L == 0) return;
   chk.device_pointer("a", a);
   chk.device_pointer("b", b);
   chk.device_pointer("d", d);
   if (c) chk.device_pointer("c", *c);
+  if (opt.bias) chk.device_pointer("bias", *opt.bias);
 
-  const int64_t ldd = dr.rows > 1 ? dr.pitch : N;
-  const int64_t ldc = c ? (cr.rows > 1 ? cr.pitch : N) : 0;
+#ifdef TESSEL_GEMM_HAVE_SMALL_M
+  // (It implements alpha/beta/C only: fused bias / activation stay on the kernel below.)
+  if (!batched && M <= 32 && K > 0 && opt.bias == nullptr &&
+      opt.activation == GemmActivation::none && detail::gemm_small_m(a, b, d, opt, stream))
+    return;
+#endif
+
+  const int64_t ldd = dv.pitch, ldc = c ? cv.pitch : 0;
+  const int64_t bsd = L > 1 ? dv.bstride : ldd * M, bsc = c && L > 1 ? cv.bstride : 0;
   if (K == 0) {
+    const int64_t total = M * N * L;
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4096));
+    const void* bias = opt.bias ? opt.bias->data : nullptr;
+    const bool bias_f32 = opt.bias && opt.bias->dtype == DType::f32;
+    const Act act = to_act(opt.activation);
+    const int m = static_cast<int>(M), n = static_cast<int>(N), l = static_cast<int>(L);
     switch (d.dtype) {
-      case DType::f32: scale<float>(d, ldd, c, ldc, opt.beta, stream); break;
-      case DType::f16: scale<__half>(d, ldd, c, ldc, opt.beta, stream); break;
-      default: scale<__nv_bfloat16>(d, ldd, c, ldc, opt.beta, stream); break;
+      case DType::f32:
+        k0_kernel<float><<<grid, 256, 0, stream>>>(static_cast<float*>(d.data), ldd, bsd,
+            c ? static_cast<const float*>(c->data) : nullptr, ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
+        break;
+      case DType::f16:
+        k0_kernel<__half><<<grid, 256, 0, stream>>>(static_cast<__half*>(d.data), ldd, bsd,
+            c ? static_cast<const __half*>(c->data) : nullptr, ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
+        break;
+      default:
+        k0_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(d.data), ldd, bsd,
+            c ? static_cast<const __nv_bfloat16*>(c->data) : nullptr, ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
+        break;
     }
+    TESSEL_CUDA_CHECK(cudaGetLastError());
     return;
   }
+
+  const int sms = detail::current_sm_count();
+  Plan pl = plan_for(M, N, K, L, opt.split_k, sms);
+  if (g_force_cfg >= 0) pl.cfg = g_force_cfg;
+  if (g_force_splits > 0) pl.splits = static_cast<int>(std::min<int64_t>(g_force_splits, cdiv(K, 64)));
+  if (g_force_group > 0) pl.group = g_force_group;
 
   GemmParams p;
   p.m = static_cast<int>(M);
   p.n = static_cast<int>(N);
   p.k = static_cast<int>(K);
-  p.epi.d = d.data;
-  p.epi.ldd = ldd;
+  p.batches = static_cast<int>(L);
+  p.group = pl.group;
+  p.splits = pl.splits;
   p.epi.c = c ? c->data : nullptr;
   p.epi.ldc = ldc;
+  p.epi.c_batch = bsc;
   p.epi.alpha = opt.alpha;
   p.epi.beta = c ? opt.beta : 0.f;
+  p.epi.bias = opt.bias ? opt.bias->data : nullptr;
+  p.epi.bias_f32 = opt.bias && opt.bias->dtype == DType::f32;
+  p.epi.act = to_act(opt.activation);
   p.epi.out = d.dtype == DType::f32 ? OutType::f32 : d.dtype == DType::f16 ? OutType::f16 : OutType::bf16;
-  const int64_t lda = ar.rows > 1 ? ar.pitch : K;
-  const int64_t ldb = br.rows > 1 ? br.pitch : (kn ? N : K);
-  if (a.dtype == DType::bf16) run_layout<cutlass::bfloat16_t>(opt.b_layout, a.data, lda, b.data, ldb, p, stream);
-  else run_layout<cutlass::half_t>(opt.b_layout, a.data, lda, b.data, ldb, p, stream);
+
+  CUtensorMap tma_d;
+  const CUtensorMapDataType dt = d.dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : d.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult cr = tile::sm90::make_tma_store_desc(&tma_d, d.data, dt, static_cast<int>(dtype_size(d.dtype)),
+                                                      M, N, ldd, L, bsd);
+  if (cr != CUDA_SUCCESS)
+    throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op + ": cuTensorMapEncodeTiled failed (CUresult " +
+                                       std::to_string(static_cast<int>(cr)) + ")");
+
+  GemmOperands ops;
+  ops.a = a.data;
+  ops.lda = av.pitch;
+  ops.batch_a = a.ndim == 3 ? av.bstride : 0;
+  ops.b = b.data;
+  ops.ldb = bv.pitch;
+  ops.batch_b = b.ndim == 3 ? bv.bstride : 0;
+  if (a.dtype == DType::bf16) gemm_detail::run_bf16(pl.cfg, kn, ops, tma_d, p, sms, stream);
+  else gemm_detail::run_f16(pl.cfg, kn, ops, tma_d, p, sms, stream);
+}
+
+}  // namespace
+
+namespace gemm_detail {
+// Split-K partial sums: per (device, stream) scratch owned by gemm (grows, never shrinks;
+// stream-ordered reuse, so concurrent streams never share one).
+float* splitk_partials(cudaStream_t stream, size_t bytes) {
+  struct Slot {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Slot> slots;
+  int dev = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  Slot& s = slots[{dev, stream}];
+  if (s.bytes < bytes) {
+    if (s.ptr) {
+      TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TESSEL_CUDA_CHECK(cudaFree(s.ptr));
+      s = Slot{};
+    }
+    TESSEL_CUDA_CHECK(cudaMalloc(&s.ptr, bytes));
+    s.bytes = bytes;
+  }
+  return static_cast<float*>(s.ptr);
+}
+
+// Tuning hooks for benchmarks (not public API): cfg 0 = 128x256 cluster, 1 = 128x128,
+// 2 = 128x64, 3 / 4 = 128x64 in clusters of 2 / 4 along N (-1: heuristic); splits (0: heuristic); cluster-tile rows per raster group
+// (0: default 8).
+void set_tuning(int cfg, int splits, int group) {
+  g_force_cfg = cfg >= 0 && cfg <= 4 ? cfg : -1;
+  g_force_splits = splits > 0 ? splits : 0;
+  g_force_group = group > 0 ? group : 0;
+}
+void set_raster_group(int group) { g_force_group = group > 0 ? group : 0; }
+}  // namespace gemm_detail
+
+const char* gemm_activation_name(GemmActivation act) {
+  switch (act) {
+    case GemmActivation::none: return "none";
+    case GemmActivation::relu: return "relu";
+    case GemmActivation::gelu_tanh: return "gelu_tanh";
+    case GemmActivation::gelu: return "gelu";
+    case GemmActivation::silu: return "silu";
+  }
+  return "unknown";
+}
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, const GemmOptions& opt) {
+  gemm_impl("gemm", false, a, b, d, stream, opt);
+}
+
+void bmm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, const GemmOptions& opt) {
+  gemm_impl("bmm", true, a, b, d, stream, opt);
 }
 
 }  // namespace tessel

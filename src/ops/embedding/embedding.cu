@@ -1,0 +1,410 @@
+// Embedding lookup and its gradient (see include/tessel/embedding.hpp for the contract).
+//   forward : thread = one 16-byte column vector, kTokUnroll tokens per step; out-of-range ids
+//             give zero rows. Bytes: ids + N·D·s (rows read) + N·D·s (written).
+//   backward, deterministic (sort-free counting): count[id]++ → exclusive scan → bucket fill
+//             (token indices, unordered) → one block per dweight row: its bucket's tokens are
+//             put in ascending order in shared memory (rank sort; buckets > kSortCap scan the
+//             ids in order instead), summed in fp32 in that order, the row written once (zero
+//             rows included). Bytes: ids + N·D·s (dout) + V·D·s_w (dweight).
+//   backward, atomic: memset dweight, then vector atomics (red.global) per token row.
+//   check_ids: a range-check kernel records the first bad position in the stream workspace;
+//             the host copies it back after a stream sync and throws before anything is written.
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <string>
+
+#include "ops/rows.cuh"
+#include "runtime/workspace.hpp"
+#include "tessel/embedding.hpp"
+
+namespace tessel {
+namespace {
+
+using namespace tessel::tile;
+
+constexpr int kBlock = 256;
+constexpr int kTokUnroll = 4;
+constexpr int kSortCap = 1024;
+
+template <class I>
+__device__ __forceinline__ bool in_range(I id, int64_t vocab) {
+  return id >= 0 && static_cast<int64_t>(id) < vocab;
+}
+
+// ---- range check -------------------------------------------------------------------------
+template <class I>
+__global__ void check_ids_kernel(const I* ids, int64_t n, int64_t vocab,
+                                 unsigned long long* first_bad) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (!in_range(ids[i], vocab)) atomicMax(first_bad, static_cast<unsigned long long>(n - i));
+}
+
+template <class I>
+void check_ids_now(const detail::OpCheck& chk, const I* ids, int64_t n, int64_t vocab,
+                   cudaStream_t stream) {
+  auto* flag = static_cast<unsigned long long*>(detail::stream_workspace(stream, 16));
+  const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>(tile::ceil_div(n, kBlock), 1, 4096));
+  check_ids_kernel<I><<<grid, kBlock, 0, stream>>>(ids, n, vocab, flag);
+  detail::check_launch(chk.op());
+  unsigned long long v = 0;
+  TESSEL_CUDA_CHECK(cudaMemcpyAsync(&v, flag, sizeof v, cudaMemcpyDeviceToHost, stream));
+  TESSEL_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof v, stream));  // leave the workspace zeroed
+  TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (v == 0) return;
+  const int64_t pos = n - static_cast<int64_t>(v);
+  I bad{};
+  TESSEL_CUDA_CHECK(cudaMemcpy(&bad, ids + pos, sizeof bad, cudaMemcpyDeviceToHost));
+  chk.fail("ids", "ids in [0, " + std::to_string(vocab) + ")",
+           "id " + std::to_string(static_cast<int64_t>(bad)) + " at flat position " +
+               std::to_string(pos));
+}
+
+// ---- forward ---------------------------------------------------------------------------------
+template <class T, int VEC, class I>
+__global__ void __launch_bounds__(kBlock)
+    embedding_kernel(const I* __restrict__ ids, const T* __restrict__ w, T* __restrict__ out,
+                     int64_t n, int64_t vocab, int64_t dim, int64_t w_pitch, int64_t o_pitch) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
+  if (c >= dim) return;
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokUnroll; t0 < n;
+       t0 += static_cast<int64_t>(gridDim.y) * kTokUnroll) {
+    Frag<T, VEC> f[kTokUnroll];
+#pragma unroll
+    for (int u = 0; u < kTokUnroll; ++u) {
+      if (t0 + u >= n) continue;
+      const I id = ids[t0 + u];
+      if (in_range(id, vocab)) f[u] = load_frag<VEC>(w + static_cast<int64_t>(id) * w_pitch + c);
+      else
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[u].v[j] = from_f32<T>(0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kTokUnroll; ++u)
+      if (t0 + u < n) store_frag<VEC>(out + (t0 + u) * o_pitch + c, f[u]);
+  }
+}
+
+// ---- backward: atomic ------------------------------------------------------------------------
+template <class W>
+__device__ __forceinline__ void atomic_add_vec(W* p, const float* v, int n);
+
+template <>
+__device__ __forceinline__ void atomic_add_vec<float>(float* p, const float* v, int n) {
+  if (n == 4) {
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+  } else {
+    for (int j = 0; j < n; ++j) atomicAdd(p + j, v[j]);
+  }
+}
+template <>
+__device__ __forceinline__ void atomic_add_vec<__nv_bfloat16>(__nv_bfloat16* p, const float* v, int n) {
+  if (n % 2 == 0) {
+    for (int j = 0; j < n; j += 2)
+      atomicAdd(reinterpret_cast<__nv_bfloat162*>(p + j), __floats2bfloat162_rn(v[j], v[j + 1]));
+  } else {
+    for (int j = 0; j < n; ++j) atomicAdd(p + j, __float2bfloat16_rn(v[j]));
+  }
+}
+template <>
+__device__ __forceinline__ void atomic_add_vec<__half>(__half* p, const float* v, int n) {
+  if (n % 2 == 0) {
+    for (int j = 0; j < n; j += 2)
+      atomicAdd(reinterpret_cast<__half2*>(p + j), __floats2half2_rn(v[j], v[j + 1]));
+  } else {
+    for (int j = 0; j < n; ++j) atomicAdd(p + j, __float2half_rn(v[j]));
+  }
+}
+
+// VEC: dout elements per thread (16 bytes of dout, or 1); AV: elements per atomic.
+template <class T, class W, int VEC, class I>
+__global__ void __launch_bounds__(kBlock)
+    embedding_bwd_atomic_kernel(const I* __restrict__ ids, const T* __restrict__ g, W* dw,
+                                int64_t n, int64_t vocab, int64_t dim, int64_t g_pitch,
+                                int64_t w_pitch) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
+  if (c >= dim) return;
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokUnroll; t0 < n;
+       t0 += static_cast<int64_t>(gridDim.y) * kTokUnroll) {
+    Frag<T, VEC> f[kTokUnroll];
+    I id[kTokUnroll];
+#pragma unroll
+    for (int u = 0; u < kTokUnroll; ++u) {
+      id[u] = t0 + u < n ? ids[t0 + u] : I(-1);
+      if (in_range(id[u], vocab)) f[u] = load_frag<VEC>(g + (t0 + u) * g_pitch + c);
+    }
+#pragma unroll
+    for (int u = 0; u < kTokUnroll; ++u) {
+      if (!in_range(id[u], vocab)) continue;
+      float v[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = to_f32(f[u].v[j]);
+      W* p = dw + static_cast<int64_t>(id[u]) * w_pitch + c;
+      constexpr int kPer = sizeof(W) == 4 ? 4 : 2;  // elements per vector atomic
+      if constexpr (VEC >= kPer) {
+#pragma unroll
+        for (int j = 0; j < VEC; j += kPer) atomic_add_vec<W>(p + j, v + j, kPer);
+      } else {
+        atomic_add_vec<W>(p, v, VEC);
+      }
+    }
+  }
+}
+
+// ---- backward: deterministic -----------------------------------------------------------------
+template <class I>
+__global__ void count_kernel(const I* ids, int64_t n, int64_t vocab, int* count) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (in_range(ids[i], vocab)) atomicAdd(count + ids[i], 1);
+}
+
+template <class I>
+__global__ void fill_kernel(const I* ids, int64_t n, int64_t vocab, const int* start, int* cursor,
+                            int* perm) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (in_range(ids[i], vocab)) {
+      const int64_t v = ids[i];
+      perm[start[v] + atomicAdd(cursor + v, 1)] = static_cast<int>(i);
+    }
+}
+
+// One block per dweight row (grid-stride). Each thread owns ITEMS vectors of VEC columns per
+// column chunk.
+template <class T, class W, int VEC, class I>
+__global__ void __launch_bounds__(kBlock)
+    owner_kernel(const I* __restrict__ ids, const T* __restrict__ g, W* __restrict__ dw,
+                 const int* __restrict__ start, const int* __restrict__ perm, int64_t n,
+                 int64_t vocab, int64_t dim, int64_t g_pitch, int64_t w_pitch) {
+  __shared__ int unsorted[kSortCap];
+  __shared__ int sorted[kSortCap];
+  __shared__ int warp_count[kBlock / 32];
+  for (int64_t v = blockIdx.x; v < vocab; v += gridDim.x) {
+    const int b = start[v], cnt = start[v + 1] - b;
+    const bool small = cnt <= kSortCap;
+    if (small) {
+      for (int i = threadIdx.x; i < cnt; i += kBlock) unsorted[i] = perm[b + i];
+      __syncthreads();
+      for (int i = threadIdx.x; i < cnt; i += kBlock) {  // rank sort (token indices distinct)
+        const int key = unsorted[i];
+        int rank = 0;
+        for (int j = 0; j < cnt; ++j) rank += unsorted[j] < key;
+        sorted[rank] = key;
+      }
+      __syncthreads();
+    }
+    for (int64_t c0 = 0; c0 < dim; c0 += int64_t{kBlock} * VEC) {
+      const int64_t c = c0 + static_cast<int64_t>(threadIdx.x) * VEC;
+      const bool col_ok = c < dim;
+      float acc[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
+      auto add_row = [&](const Frag<T, VEC>& f) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc[j] += to_f32(f.v[j]);
+      };
+      if (small) {
+        int i = 0;
+        for (; i + 4 <= cnt; i += 4) {
+          Frag<T, VEC> f[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (col_ok) f[u] = load_frag<VEC>(g + static_cast<int64_t>(sorted[i + u]) * g_pitch + c);
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (col_ok) add_row(f[u]);
+        }
+        for (; i < cnt; ++i)
+          if (col_ok) add_row(load_frag<VEC>(g + static_cast<int64_t>(sorted[i]) * g_pitch + c));
+      } else {
+        // Large bucket: scan the ids in token order, compacting matches through shared memory.
+        for (int64_t t0 = 0; t0 < n; t0 += kBlock) {
+          const int64_t t = t0 + threadIdx.x;
+          const bool hit = t < n && static_cast<int64_t>(ids[t]) == v;
+          const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+          const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+          if (lane == 0) warp_count[warp] = __popc(ballot);
+          __syncthreads();
+          int before = 0, total = 0;
+          for (int w = 0; w < kBlock / 32; ++w) {
+            before += w < warp ? warp_count[w] : 0;
+            total += warp_count[w];
+          }
+          if (hit) unsorted[before + __popc(ballot & ((1u << lane) - 1u))] = static_cast<int>(t);
+          __syncthreads();
+          for (int i = 0; i < total; ++i)
+            if (col_ok) add_row(load_frag<VEC>(g + static_cast<int64_t>(unsorted[i]) * g_pitch + c));
+          __syncthreads();
+        }
+      }
+      if (col_ok) {
+        // 16 bytes per store (an f32 dweight with 16-bit dout takes two).
+        constexpr int kW = VEC * sizeof(W) > 16 ? 16 / static_cast<int>(sizeof(W)) : VEC;
+#pragma unroll
+        for (int j0 = 0; j0 < VEC; j0 += kW) {
+          Frag<W, kW> o;
+#pragma unroll
+          for (int j = 0; j < kW; ++j) o.v[j] = from_f32<W>(acc[j0 + j]);
+          store_frag<kW>(dw + v * w_pitch + c + j0, o);
+        }
+      }
+    }
+    __syncthreads();  // shared lists are rebuilt for the next row
+  }
+}
+
+template <class F>
+void dispatch_ids(DType d, F&& f) {
+  if (d == DType::i32) f(int32_t{});
+  else f(int64_t{});
+}
+
+constexpr std::initializer_list<DType> kFloat = {DType::f32, DType::f16, DType::bf16};
+
+// (ids.shape..., D)
+void check_rows_shape(const detail::OpCheck& chk, const char* arg, const Tensor& t,
+                      const Tensor& ids, int64_t dim) {
+  bool ok = t.ndim == ids.ndim + 1;
+  for (int d = 0; ok && d < ids.ndim; ++d) ok = t.shape[d] == ids.shape[d];
+  if (ok) ok = t.shape[t.ndim - 1] == dim;
+  if (!ok) {
+    std::string want = "(";
+    for (int d = 0; d < ids.ndim; ++d) want += std::to_string(ids.shape[d]) + ", ";
+    want += std::to_string(dim) + ")";
+    chk.fail(arg, "shape " + want + " (ids' shape + (D,))", "shape " + detail::dims_string(t));
+  }
+}
+
+}  // namespace
+
+void embedding(const Tensor& ids, const Tensor& weight, Tensor& out, bool check_ids,
+               cudaStream_t stream) {
+  detail::OpCheck chk("embedding");
+  chk.dtype_in("ids", ids, {DType::i32, DType::i64});
+  chk.dtype_in("weight", weight, kFloat);
+  chk.dtype_in("out", out, kFloat);
+  chk.same_dtype("out", out, "weight", weight);
+  chk.rank_in("weight", weight, 2, 2);
+  chk.rank_in("ids", ids, 0, kMaxDims - 1);
+  const int64_t vocab = weight.shape[0], dim = weight.shape[1];
+  check_rows_shape(chk, "out", out, ids, dim);
+  chk.contiguous("ids", ids);
+  const detail::Rows wr = chk.rows("weight", weight), orr = chk.rows("out", out);
+  const int64_t n = ids.numel();
+  if (n == 0 || dim == 0) return;
+  chk.device_pointer("ids", ids);
+  chk.device_pointer("out", out);
+  if (vocab > 0) chk.device_pointer("weight", weight);
+  dispatch_ids(ids.dtype, [&](auto itag) {
+    using I = decltype(itag);
+    const I* ip = static_cast<const I*>(ids.data);
+    if (check_ids) check_ids_now(chk, ip, n, vocab, stream);
+    detail::dispatch_float_dtype(weight.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      constexpr int V = kVec16<T>;
+      const T* wp = static_cast<const T*>(weight.data);
+      T* op_ = static_cast<T*>(out.data);
+      const bool vec_ok = detail::rows_vectorizable<T>(dim, {{wp, wr.pitch}, {op_, orr.pitch}});
+      const int vec = vec_ok ? V : 1;
+      const dim3 grid(static_cast<unsigned>(tile::ceil_div(tile::ceil_div(dim, vec), kBlock)),
+                      static_cast<unsigned>(std::min<int64_t>(tile::ceil_div(n, kTokUnroll), 65535)));
+      if (vec_ok)
+        embedding_kernel<T, V, I><<<grid, kBlock, 0, stream>>>(ip, wp, op_, n, vocab, dim, wr.pitch, orr.pitch);
+      else
+        embedding_kernel<T, 1, I><<<grid, kBlock, 0, stream>>>(ip, wp, op_, n, vocab, dim, wr.pitch, orr.pitch);
+    });
+  });
+  detail::check_launch("embedding");
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                        EmbeddingGradMode mode, bool check_ids, cudaStream_t stream) {
+  detail::OpCheck chk("embedding_backward");
+  if (mode != EmbeddingGradMode::deterministic && mode != EmbeddingGradMode::atomic)
+    chk.fail("mode", "tessel::EmbeddingGradMode deterministic (0) or atomic (1)",
+             "code " + std::to_string(static_cast<int>(mode)));
+  chk.dtype_in("ids", ids, {DType::i32, DType::i64});
+  chk.dtype_in("dout", dout, kFloat);
+  chk.dtype_in("dweight", dweight, kFloat);
+  if (dweight.dtype != DType::f32 && dweight.dtype != dout.dtype)
+    chk.fail("dweight", std::string("dtype f32 or dout's dtype ") + dtype_name(dout.dtype),
+             dtype_name(dweight.dtype));
+  chk.rank_in("dweight", dweight, 2, 2);
+  chk.rank_in("ids", ids, 0, kMaxDims - 1);
+  const int64_t vocab = dweight.shape[0], dim = dweight.shape[1];
+  check_rows_shape(chk, "dout", dout, ids, dim);
+  chk.contiguous("ids", ids);
+  const detail::Rows gr = chk.rows("dout", dout), wr = chk.rows("dweight", dweight);
+  const int64_t n = ids.numel();
+  if (n > int64_t{0x7fffffff}) chk.fail("ids", "fewer than 2^31 tokens", std::to_string(n));
+  if (vocab > int64_t{0x3fffffff}) chk.fail("dweight", "fewer than 2^30 rows", std::to_string(vocab));
+  if (vocab == 0 || dim == 0) return;
+  chk.device_pointer("dweight", dweight);
+  if (n > 0) {
+    chk.device_pointer("ids", ids);
+    chk.device_pointer("dout", dout);
+  }
+  dispatch_ids(ids.dtype, [&](auto itag) {
+    using I = decltype(itag);
+    const I* ip = static_cast<const I*>(ids.data);
+    if (check_ids && n > 0) check_ids_now(chk, ip, n, vocab, stream);
+    detail::dispatch_float_dtype(dout.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      constexpr int V = kVec16<T>;
+      const T* gp = static_cast<const T*>(dout.data);
+      auto with_w = [&](auto wtag) {
+        using W = decltype(wtag);
+        W* wp = static_cast<W*>(dweight.data);
+        const size_t wes = sizeof(W);
+        const bool vec_ok = dim % V == 0 && detail::aligned(gp, 16) && gr.pitch % V == 0 &&
+                            detail::aligned(wp, V * wes) && wr.pitch % V == 0;
+        const int vec = vec_ok ? V : 1;
+        if (mode == EmbeddingGradMode::atomic || n == 0) {
+          TESSEL_CUDA_CHECK(cudaMemset2DAsync(wp, wr.pitch * wes, 0, dim * wes, vocab, stream));
+          if (n == 0) return;
+          const dim3 grid(static_cast<unsigned>(tile::ceil_div(tile::ceil_div(dim, vec), kBlock)),
+                          static_cast<unsigned>(std::min<int64_t>(tile::ceil_div(n, kTokUnroll), 65535)));
+          if (vec_ok)
+            embedding_bwd_atomic_kernel<T, W, V, I><<<grid, kBlock, 0, stream>>>(ip, gp, wp, n, vocab, dim, gr.pitch, wr.pitch);
+          else
+            embedding_bwd_atomic_kernel<T, W, 1, I><<<grid, kBlock, 0, stream>>>(ip, gp, wp, n, vocab, dim, gr.pitch, wr.pitch);
+          return;
+        }
+        // Workspace: count[V+1] | start[V+1] | cursor[V] | perm[n] | scan scratch.
+        size_t scan_bytes = 0;
+        TESSEL_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int*>(nullptr),
+                                                        static_cast<int*>(nullptr), static_cast<int>(vocab + 1), stream));
+        auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+        const size_t cnt_b = up(sizeof(int) * (vocab + 1)), cur_b = up(sizeof(int) * vocab),
+                     perm_b = up(sizeof(int) * n);
+        const size_t total = 2 * cnt_b + cur_b + perm_b + up(scan_bytes);
+        char* ws = static_cast<char*>(detail::stream_workspace(stream, total));
+        int* count = reinterpret_cast<int*>(ws);
+        int* start = reinterpret_cast<int*>(ws + cnt_b);
+        int* cursor = reinterpret_cast<int*>(ws + 2 * cnt_b);
+        int* perm = reinterpret_cast<int*>(ws + 2 * cnt_b + cur_b);
+        void* scan_tmp = ws + 2 * cnt_b + cur_b + perm_b;
+        const unsigned g1 = static_cast<unsigned>(std::clamp<int64_t>(tile::ceil_div(n, kBlock), 1, 8192));
+        count_kernel<I><<<g1, kBlock, 0, stream>>>(ip, n, vocab, count);
+        TESSEL_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scan_tmp, scan_bytes, count, start,
+                                                        static_cast<int>(vocab + 1), stream));
+        fill_kernel<I><<<g1, kBlock, 0, stream>>>(ip, n, vocab, start, cursor, perm);
+        const unsigned g2 = static_cast<unsigned>(std::min<int64_t>(vocab, int64_t{1} << 20));
+        if (vec_ok)
+          owner_kernel<T, W, V, I><<<g2, kBlock, 0, stream>>>(ip, gp, wp, start, perm, n, vocab, dim, gr.pitch, wr.pitch);
+        else
+          owner_kernel<T, W, 1, I><<<g2, kBlock, 0, stream>>>(ip, gp, wp, start, perm, n, vocab, dim, gr.pitch, wr.pitch);
+        detail::check_launch("embedding_backward");
+        // Leave the workspace zeroed (its contract); scan scratch needs no reset.
+        TESSEL_CUDA_CHECK(cudaMemsetAsync(ws, 0, 2 * cnt_b + cur_b + perm_b, stream));
+      };
+      if (dweight.dtype == DType::f32) with_w(float{});
+      else with_w(T{});
+    });
+  });
+  detail::check_launch("embedding_backward");
+}
+
+}  // namespace tessel

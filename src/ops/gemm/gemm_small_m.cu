@@ -1,0 +1,718 @@
+// Small-M GEMM (decode): a weight-streaming kernel on mma.sync m16n8k16 (see
+// gemm_small_m.hpp for the contract).
+//
+// Roles are swapped: the weight B is the MMA's A operand (16 weight rows n × 16 k) and the
+// activations A the MMA's B operand (16 k × 8 tokens), so D is computed as Dᵀ = B · Aᵀ in
+// tiles of 16 n × 8 tokens; M <= 8, 16, 32 uses 1, 2, 4 token tiles.
+//
+// The k order inside a dot product is free, so each thread's 16-byte load of 8 consecutive
+// k is used as-is: for k32 chunk c, thread (g = lane/4, t = lane%4) holds k = 32c + 8t … +7,
+// mma sub-step s ∈ {0,1} takes its k = 8t + 4s + {0,1,2,3} as the MMA's logical k
+// {2t, 2t+1, 2t+8, 2t+9}. The activations use the same permutation, so one 16-byte shared
+// load of A[token][32c + 8t … +7] feeds both sub-steps.
+//
+//   B (N,K) "nk": warp tile 16 rows × 128 k per step; per thread rows g and g+8, 4 chunks:
+//                8 × LDG.128 in flight (+8 prefetched for the next step).
+//   B (K,N) "kn": warp tile 64 columns × 32 k per step; thread (g,t) loads rows k = 8t + i
+//                (i < 8) at columns 8g … 8g+7; pairs of rows are interleaved with PRMT into
+//                the (n, k-pair) registers the MMA wants (MMA row g ↔ column 8g + 2q, row
+//                g + 8 ↔ column 8g + 2q + 1, q < 4). Same bytes per step, same MMA count.
+//
+// Block = 8 warps: WN warps along N × WK = 8/WN warps along K (interleaved steps). The
+// block's slice of A (all tokens × its k range) is staged once in shared memory, chunk-major
+// [chunk][token][32] so a warp's 16-byte reads of 8 tokens × 64 bytes are conflict-free.
+// Split-K over gridDim.y; per-warp accumulators are summed in shared memory in warp order,
+// then either written (alpha, beta·C, output dtype) or stored as fp32 partials
+// [split][M][N]; the last block of a column slab (atomic ticket) sums the partials in split
+// order → deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ops/gemm/gemm_small_m.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/check.hpp"
+#include "tile/tile.cuh"
+
+namespace tessel::detail {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxSmemA = 80 * 1024;  // staged A per block (2 blocks per SM)
+
+struct Params {
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* d;
+  int64_t ldd;
+  const void* c;
+  int64_t ldc;
+  float alpha, beta;
+  int m, n, k;
+  int mtiles;           // ceil(m / 8): token tiles in use
+  int wn, wk;           // warps along N and along K (wn * wk = 8)
+  int splits;           // gridDim.y
+  int steps_per_split;  // k steps per split
+  int steps_per_phase;  // k steps whose A slice is staged in shared memory at once
+  float* partials;      // [splits][m][n] (splits > 1)
+  unsigned* tickets;    // [gridDim.x] (splits > 1), zero between launches
+  int out;              // 0 f32, 1 f16, 2 bf16
+};
+
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+// Streaming 16-byte weight load (read once: no L1 allocation, 256-byte L2 prefetch).
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void store_out(const Params& p, int64_t idx_d, float v) {
+  if (p.out == 0)
+    static_cast<float*>(p.d)[idx_d] = v;
+  else if (p.out == 1)
+    static_cast<__half*>(p.d)[idx_d] = __float2half_rn(v);
+  else
+    static_cast<__nv_bfloat16*>(p.d)[idx_d] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float load_c(const Params& p, int64_t idx) {
+  if (p.out == 0) return static_cast<const float*>(p.c)[idx];
+  if (p.out == 1) return __half2float(static_cast<const __half*>(p.c)[idx]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.c)[idx]);
+}
+
+__device__ __forceinline__ void epilogue(const Params& p, int token, int n, float v) {
+  float r = p.alpha * v;
+  if (p.c != nullptr) r += p.beta * load_c(p, int64_t{token} * p.ldc + n);
+  store_out(p, int64_t{token} * p.ldd + n, r);
+}
+
+template <bool KN>
+struct Shape {
+  static constexpr int kWarpN = KN ? 64 : 16;   // weight rows (nk) / columns (kn) per warp
+  static constexpr int kStepK = KN ? 32 : 128;  // k per warp step
+  static constexpr int kChunks = kStepK / 32;   // k32 chunks per step
+};
+
+// Weight registers of one warp step: 8 × 16 bytes per thread.
+template <bool KN>
+__device__ __forceinline__ void load_step(uint4 (&w)[8], const char* b, int64_t ldb_bytes, int n,
+                                          int k, int n0, int step, int kend, int g, int t) {
+  if constexpr (!KN) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int kk = step * 128 + u * 32 + 8 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = n0 + g + 8 * h;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (row < n && kk < kend) v = ldg_stream(b + int64_t{row} * ldb_bytes + int64_t{kk} * 2);
+        w[u * 2 + h] = v;
+      }
+    }
+  } else {
+    const int col = n0 + 8 * g;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int kk = step * 32 + 8 * t + i;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (col < n && kk < kend) v = ldg_stream(b + int64_t{kk} * ldb_bytes + int64_t{col} * 2);
+      w[i] = v;
+    }
+  }
+  (void)k;
+}
+
+// B (K,N) with 4 token tiles holds 64 accumulators per thread: one block per SM, with
+// registers for the prefetch buffer; every other instance fits 2 blocks per SM.
+template <bool KN, int MT>
+constexpr int kMinBlocks = (KN && MT == 4) ? 1 : 2;
+
+template <class T, bool KN, int MT>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(const Params p) {
+  using S = Shape<KN>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int wn_i = warp % p.wn, wk_i = warp / p.wn;
+  const int bn = S::kWarpN * p.wn;
+  const int nb = blockIdx.x * bn;
+  const int n0 = nb + wn_i * S::kWarpN;
+  const int nsteps = (p.k + S::kStepK - 1) / S::kStepK;
+  const int step0 = blockIdx.y * p.steps_per_split;
+  const int step1 = min(step0 + p.steps_per_split, nsteps);
+  const int kend = min(step1 * S::kStepK, p.k);
+  const int tp = p.mtiles * 8;  // tokens staged (zero-padded past M)
+  const char* bbytes = static_cast<const char*>(p.b);
+  const int64_t ldb_bytes = p.ldb * 2;
+
+  // Register double buffer (the next step's loads in flight during this step's MMAs),
+  // except for B (K,N) with 2 token tiles, where the accumulators need the registers (there
+  // 16 warps per SM keep the loads in flight).
+  constexpr bool kPrefetch = !(KN && MT == 2);
+  // Prologue: this warp's first weight step (and, with registers to spare, its second) goes
+  // out before A is staged.
+  constexpr bool kDeepPrologue = !KN && MT <= 2;
+  uint4 cur[8], nxt[8];
+  int step = step0 + wk_i;
+  if (step < step1) load_step<KN>(cur, bbytes, ldb_bytes, p.n, p.k, n0, step, kend, g, t);
+  bool primed = false;  // nxt already holds step + wk
+  if (kDeepPrologue && step + p.wk < step1) {
+    load_step<KN>(nxt, bbytes, ldb_bytes, p.n, p.k, n0, step + p.wk, kend, g, t);
+    primed = true;
+  }
+
+  constexpr int kQ = KN ? 4 : 1;  // MMAs per (sub-step, token tile)
+  float acc[MT][kQ][4];
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+#pragma unroll
+    for (int q = 0; q < kQ; ++q)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][q][r] = 0.f;
+
+  T* sa = reinterpret_cast<T*>(smem);
+  const T* ga = static_cast<const T*>(p.a);
+  // Phases: the block's k range in slices of steps_per_phase steps whose A fits in shared
+  // memory; each slice of A is staged once (chunk-major, zero-filled past K and M).
+  for (int ph0 = step0; ph0 < step1; ph0 += p.steps_per_phase) {
+    const int ph1 = min(ph0 + p.steps_per_phase, step1);
+    if (ph0 != step0) __syncthreads();  // every warp is done with the previous slice
+    {
+      const int kb = ph0 * S::kStepK;
+      const int pieces = (ph1 - ph0) * S::kChunks * tp * 4;
+      // cp.async: every piece of this thread in flight at once, no registers; src size 0
+      // zero-fills (past K, past M).
+#pragma unroll 4
+      for (int i = tid; i < pieces; i += kThreads) {
+        const int piece = i & 3, row = (i >> 2) % tp, chunk = (i >> 2) / tp;
+        const int kk = kb + chunk * 32 + piece * 8;
+        const bool valid = row < p.m && kk < kend;
+        const T* src = valid ? ga + int64_t{row} * p.lda + kk : ga;
+        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(sa + i * 8));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(valid ? 16 : 0)
+                     : "memory");
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+    __syncthreads();
+    while (step < ph1) {
+      const int next = step + p.wk;
+      if (kPrefetch && !primed && next < step1)
+        load_step<KN>(nxt, bbytes, ldb_bytes, p.n, p.k, n0, next, kend, g, t);
+      primed = false;
+      const int chunk0 = (step - ph0) * S::kChunks;
+#pragma unroll
+      for (int u = 0; u < S::kChunks; ++u) {
+        uint4 act[MT];
+#pragma unroll
+        for (int j = 0; j < MT; ++j)
+          if (j < p.mtiles)
+            act[j] =
+                *reinterpret_cast<const uint4*>(sa + ((chunk0 + u) * tp + 8 * j + g) * 32 + 8 * t);
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          if constexpr (!KN) {
+            const uint4 &w0 = cur[u * 2], &w1 = cur[u * 2 + 1];
+            const uint32_t a0 = word(w0, 2 * s), a1 = word(w1, 2 * s), a2 = word(w0, 2 * s + 1),
+                           a3 = word(w1, 2 * s + 1);
+#pragma unroll
+            for (int j = 0; j < MT; ++j)
+              if (j < p.mtiles)
+                Mma<T>::run(acc[j][0], a0, a1, a2, a3, word(act[j], 2 * s),
+                            word(act[j], 2 * s + 1));
+          } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const uint32_t x0 = word(cur[4 * s], q), x1 = word(cur[4 * s + 1], q);
+              const uint32_t x2 = word(cur[4 * s + 2], q), x3 = word(cur[4 * s + 3], q);
+              const uint32_t a0 = __byte_perm(x0, x1, 0x5410), a1 = __byte_perm(x0, x1, 0x7632);
+              const uint32_t a2 = __byte_perm(x2, x3, 0x5410), a3 = __byte_perm(x2, x3, 0x7632);
+#pragma unroll
+              for (int j = 0; j < MT; ++j)
+                if (j < p.mtiles)
+                  Mma<T>::run(acc[j][q], a0, a1, a2, a3, word(act[j], 2 * s),
+                              word(act[j], 2 * s + 1));
+            }
+          }
+        }
+      }
+      if constexpr (kPrefetch) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cur[i] = nxt[i];
+      } else if (next < step1) {
+        load_step<KN>(cur, bbytes, ldb_bytes, p.n, p.k, n0, next, kend, g, t);
+      }
+      step = next;
+    }
+  }
+
+  // Cross-warp (K) reduction in shared memory, fixed warp order. red[wk][token][bn + 1].
+  __syncthreads();  // everyone is done with sa
+  float* red = reinterpret_cast<float*>(smem);
+  const int ldr = bn + 1;
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+    if (j >= p.mtiles) continue;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      // c0,c1: MMA row g; c2,c3: row g + 8; columns (tokens) 2t, 2t + 1.
+      const int r0 = KN ? wn_i * 64 + 8 * g + 2 * q : wn_i * 16 + g;
+      const int r1 = KN ? r0 + 1 : r0 + 8;
+      const int tok = 8 * j + 2 * t;
+      float* base = red + int64_t{wk_i} * tp * ldr;
+      base[tok * ldr + r0] = acc[j][q][0];
+      base[(tok + 1) * ldr + r0] = acc[j][q][1];
+      base[tok * ldr + r1] = acc[j][q][2];
+      base[(tok + 1) * ldr + r1] = acc[j][q][3];
+    }
+  }
+  __syncthreads();
+
+  const int total = p.m * bn;
+  if (p.splits == 1) {
+    for (int i = tid; i < total; i += kThreads) {
+      const int token = i / bn, nl = i % bn, n = nb + nl;
+      if (n >= p.n) continue;
+      float v = 0.f;
+      for (int w = 0; w < p.wk; ++w) v += red[(w * tp + token) * ldr + nl];
+      epilogue(p, token, n, v);
+    }
+    return;
+  }
+
+  // Split-K: fp32 partials, then the last block of this column slab reduces in split order.
+  for (int i = tid; i < total; i += kThreads) {
+    const int token = i / bn, nl = i % bn, n = nb + nl;
+    if (n >= p.n) continue;
+    float v = 0.f;
+    for (int w = 0; w < p.wk; ++w) v += red[(w * tp + token) * ldr + nl];
+    p.partials[(int64_t{blockIdx.y} * p.m + token) * p.n + n] = v;
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ unsigned s_last;
+  if (tid == 0) s_last = atomicAdd(&p.tickets[blockIdx.x], 1u) == unsigned(p.splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int i = tid; i < total; i += kThreads) {
+    const int token = i / bn, nl = i % bn, n = nb + nl;
+    if (n >= p.n) continue;
+    float v = 0.f;
+    for (int s = 0; s < p.splits; ++s)
+      v += __ldcg(&p.partials[(int64_t{s} * p.m + token) * p.n + n]);
+    epilogue(p, token, n, v);
+  }
+  if (tid == 0) p.tickets[blockIdx.x] = 0;  // leave the workspace zeroed for the next launch
+}
+
+// ---- configs ----------------------------------------------------------------------------
+
+constexpr int kSplitChoices[] = {1, 2, 3, 4, 6, 8, 12, 16};
+constexpr int kNumSplitChoices = 8;
+constexpr int kNumConfigs = 4 * kNumSplitChoices;  // wn ∈ {1, 2, 4, 8} × splits
+
+struct Config {
+  int wn, splits;
+};
+Config config_of(int id) {
+  return {1 << (id / kNumSplitChoices), kSplitChoices[id % kNumSplitChoices]};
+}
+int config_id(int wn_log2, int split_index) { return wn_log2 * kNumSplitChoices + split_index; }
+
+// Deterministic default: 64 weight rows (nk) / columns (kn) per block, enough K splits
+// for about 2 blocks per SM.
+int default_config(bool kn, int64_t n, int sms) {
+  const int wn_log2 = kn ? 0 : 2;
+  const int64_t bn = (kn ? 64 : 16) << wn_log2;
+  const int64_t blocks_n = (n + bn - 1) / bn;
+  const int64_t want = 2 * int64_t{sms};
+  for (int i = 0; i < kNumSplitChoices; ++i)
+    if (blocks_n * kSplitChoices[i] >= want) return config_id(wn_log2, i);
+  return config_id(wn_log2, kNumSplitChoices - 1);
+}
+
+// ---- workspace (split-K partials + tickets), one per (device, stream) --------------------
+
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  size_t tickets = 0;  // capacity of the ticket region at the start (always zero at rest)
+};
+
+struct WorkspaceView {
+  unsigned* tickets = nullptr;
+  float* partials = nullptr;
+};
+
+size_t ticket_bytes(size_t count) { return (count * sizeof(unsigned) + 255) / 256 * 256; }
+
+// [tickets (zero between launches: the last block of each slab resets its ticket)]
+// [partials (scratch)]. Returns {nullptr, nullptr} if the workspace must grow but cannot
+// (stream capture).
+WorkspaceView workspace(cudaStream_t stream, size_t tickets, size_t partial_bytes, bool capturing) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Workspace> slots;  // process lifetime
+  int dev = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  Workspace& w = slots[{dev, stream}];
+  if (w.tickets < tickets || w.bytes < ticket_bytes(w.tickets) + partial_bytes) {
+    if (capturing) return {};
+    const size_t cap = std::max({w.tickets, tickets, size_t{8192}});
+    const size_t want = std::max({w.bytes, ticket_bytes(cap) + partial_bytes, size_t{1} << 20});
+    if (w.ptr) {
+      TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TESSEL_CUDA_CHECK(cudaFree(w.ptr));
+      w = Workspace{};
+    }
+    TESSEL_CUDA_CHECK(cudaMalloc(&w.ptr, want));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(w.ptr, 0, ticket_bytes(cap), stream));  // tickets at zero
+    w.bytes = want;
+    w.tickets = cap;
+  }
+  WorkspaceView v;
+  v.tickets = static_cast<unsigned*>(w.ptr);
+  v.partials = reinterpret_cast<float*>(static_cast<char*>(w.ptr) + ticket_bytes(w.tickets));
+  return v;
+}
+
+bool is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // unknown: behave as under capture (no allocation, no tuning)
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// ---- problem description ---------------------------------------------------------------
+
+struct Problem {
+  bool ok = false;
+  bool kn = false;
+  bool bf16 = true;
+  int m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldd = 0, ldc = 0;
+  int out = 0;
+  const Tensor* c = nullptr;
+};
+
+int64_t pitch_of(const Tensor& t, int64_t dense) { return t.shape[0] > 1 ? t.strides[0] : dense; }
+
+// Fused epilogue options this kernel does not implement (bias, activation): refuse them.
+// Written against the option names so it compiles with headers that lack them.
+template <class O>
+bool has_fused_epilogue(const O& o) {
+  if constexpr (requires { o.bias; })
+    if (o.bias != nullptr) return true;
+  if constexpr (requires { o.activation; })
+    if (static_cast<int>(o.activation) != 0) return true;
+  return false;
+}
+
+Problem describe(const Tensor& a, const Tensor& b, const Tensor& d, const GemmOptions& opt) {
+  Problem pr;
+  if (has_fused_epilogue(opt)) return pr;
+  if (a.ndim != 2 || b.ndim != 2 || d.ndim != 2) return pr;
+  if (a.dtype != DType::bf16 && a.dtype != DType::f16) return pr;
+  if (b.dtype != a.dtype) return pr;
+  if (d.dtype != DType::f32 && d.dtype != DType::f16 && d.dtype != DType::bf16) return pr;
+  pr.kn = opt.b_layout == BLayout::kn;
+  if (opt.b_layout != BLayout::nk && opt.b_layout != BLayout::kn) return pr;
+  const int64_t M = a.shape[0], K = a.shape[1];
+  const int64_t N = pr.kn ? b.shape[1] : b.shape[0];
+  if ((pr.kn ? b.shape[0] : b.shape[1]) != K) return pr;
+  if (d.shape[0] != M || d.shape[1] != N) return pr;
+  if (M < 1 || M > 32 || N < 1 || K < 1) return pr;
+  if (N % 8 != 0 || K % 8 != 0 || N >= (int64_t{1} << 30) || K >= (int64_t{1} << 30)) return pr;
+  const Tensor* c = opt.beta != 0.f ? opt.c : nullptr;
+  if (opt.beta != 0.f && c == nullptr) return pr;
+  if (c && (c->ndim != 2 || c->dtype != d.dtype || c->shape[0] != M || c->shape[1] != N)) return pr;
+  auto rows_ok = [](const Tensor& t, bool need16) {
+    if (t.shape[1] > 1 && t.strides[1] != 1) return false;
+    if (t.shape[0] > 1 && (t.strides[0] < t.shape[1] || (need16 && t.strides[0] % 8 != 0)))
+      return false;
+    return !need16 || reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  };
+  if (!rows_ok(a, true) || !rows_ok(b, true) || !rows_ok(d, false) || (c && !rows_ok(*c, false)))
+    return pr;
+  pr.bf16 = a.dtype == DType::bf16;
+  pr.m = static_cast<int>(M);
+  pr.n = static_cast<int>(N);
+  pr.k = static_cast<int>(K);
+  pr.lda = pitch_of(a, K);
+  pr.ldb = pitch_of(b, pr.kn ? N : K);
+  pr.ldd = pitch_of(d, N);
+  pr.ldc = c ? pitch_of(*c, N) : 0;
+  pr.out = d.dtype == DType::f32 ? 0 : d.dtype == DType::f16 ? 1 : 2;
+  pr.c = c;
+  pr.ok = true;
+  return pr;
+}
+
+template <class T, bool KN, int MT>
+cudaError_t launch_t(const Params& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  auto kernel = small_m_kernel<T, KN, MT>;
+  // Opt in to > 48 KB of dynamic shared memory, once per device.
+  static std::mutex mu;
+  static std::vector<bool> done;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (static_cast<int>(done.size()) <= dev) done.resize(dev + 1, false);
+    if (!done[dev]) {
+      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               kMaxSmemA + 16 * 1024);
+          e != cudaSuccess)
+        return e;
+      done[dev] = true;
+    }
+  }
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class T, bool KN>
+cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  if (p.mtiles <= 1) return launch_t<T, KN, 1>(p, grid, smem, stream);
+  if (p.mtiles <= 2) return launch_t<T, KN, 2>(p, grid, smem, stream);
+  return launch_t<T, KN, 4>(p, grid, smem, stream);
+}
+
+// Launches with config `cfg` into d_ptr/ldd (beta·C as given). Falls back to one split when
+// the split-K workspace cannot be allocated (graph capture).
+void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
+            const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
+  const Config cfg = config_of(cfg_id);
+  const int stepk = pr.kn ? 32 : 128;
+  const int warp_n = pr.kn ? 64 : 16;
+  Params p{};
+  p.a = a;
+  p.lda = pr.lda;
+  p.b = b;
+  p.ldb = pr.ldb;
+  p.d = dptr;
+  p.ldd = ldd;
+  p.c = cptr;
+  p.ldc = pr.ldc;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.m = pr.m;
+  p.n = pr.n;
+  p.k = pr.k;
+  p.mtiles = (pr.m + 7) / 8;  // kernel instances for up to 1, 2, 4 tiles (3 runs in the 4)
+  const int tp = p.mtiles * 8;
+  p.wn = cfg.wn;
+  p.wk = kWarps / cfg.wn;
+  p.out = pr.out;
+  const int bn = warp_n * cfg.wn;
+  const int blocks_n = (pr.n + bn - 1) / bn;
+  const int nsteps = (pr.k + stepk - 1) / stepk;
+  // Splits: at most one per step; A is staged in phases of at most max_steps_smem steps.
+  const int max_steps_smem = std::max(1, kMaxSmemA / (stepk * tp * 2));
+  int splits = std::min(cfg.splits, nsteps);
+  int per = (nsteps + splits - 1) / splits;
+  splits = (nsteps + per - 1) / per;  // no empty splits
+  const bool capturing = is_capturing(stream);
+  if (splits > 1) {
+    const size_t part_bytes = size_t(splits) * pr.m * pr.n * sizeof(float);
+    const WorkspaceView ws = workspace(stream, size_t(blocks_n), part_bytes, capturing);
+    if (ws.tickets == nullptr) {
+      // Cannot allocate during graph capture: one split (same result up to rounding).
+      splits = 1;
+      per = nsteps;
+    } else {
+      p.partials = ws.partials;
+      p.tickets = ws.tickets;
+    }
+  }
+  p.splits = splits;
+  p.steps_per_split = per;
+  // Phases of equal length (a multiple of the warps along K where possible).
+  const int phases = (per + max_steps_smem - 1) / max_steps_smem;
+  p.steps_per_phase = (per + phases - 1) / phases;
+  const size_t smem_a = size_t(p.steps_per_phase) * stepk * tp * 2;
+  const size_t smem_red = size_t(p.wk) * tp * (bn + 1) * sizeof(float);
+  const size_t smem = (std::max(smem_a, smem_red) + 15) / 16 * 16;
+  const dim3 grid(static_cast<unsigned>(blocks_n), static_cast<unsigned>(splits));
+  cudaError_t err;
+  if (pr.bf16)
+    err = pr.kn ? launch_mt<__nv_bfloat16, true>(p, grid, smem, stream)
+                : launch_mt<__nv_bfloat16, false>(p, grid, smem, stream);
+  else
+    err = pr.kn ? launch_mt<__half, true>(p, grid, smem, stream)
+                : launch_mt<__half, false>(p, grid, smem, stream);
+  TESSEL_CUDA_CHECK(err);
+}
+
+std::string dtype_key(const Tensor& a, const Tensor& d) {
+  return std::string(dtype_name(a.dtype)) + "->" + dtype_name(d.dtype);
+}
+
+// The autotuner's choice for this problem (measures all configs on first use of a key).
+// Choices made outside graph capture are memoized per exact problem, so the steady-state
+// cost per call is one map lookup.
+int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
+           cudaStream_t stream) {
+  const int fallback = default_config(pr.kn, pr.n, current_sm_count());
+  if (!autotune::enabled()) return fallback;
+  int dev = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+  using MemoKey = std::tuple<int, int, int, bool, int, int, int>;
+  static std::mutex memo_mu;
+  static std::map<MemoKey, int> memo;
+  const MemoKey mk{dev, static_cast<int>(a.dtype), static_cast<int>(d.dtype), pr.kn, pr.m, pr.n,
+                   pr.k};
+  {
+    std::lock_guard<std::mutex> lock(memo_mu);
+    if (auto it = memo.find(mk); it != memo.end()) return it->second;
+  }
+  std::vector<int> candidates(kNumConfigs);
+  for (int i = 0; i < kNumConfigs; ++i) candidates[i] = i;
+  const std::string key =
+      autotune::make_key("gemm_small_m", autotune::current_gpu_name(), dtype_key(a, d),
+                         pr.kn ? "kn" : "nk", pr.m, pr.n, pr.k);
+  // Timing writes a scratch output (d may be C, and must not be clobbered), no C.
+  DeviceBuffer scratch;
+  auto measure = [&](int cfg) -> double {
+    if (scratch.data() == nullptr)
+      scratch = DeviceBuffer(size_t(pr.m) * pr.n * dtype_size(d.dtype));
+    return autotune::time_on_stream(stream, [&] {
+      launch(pr, a.data, b.data, scratch.data(), pr.n, nullptr, 1.f, 0.f, cfg, stream);
+    });
+  };
+  const int cfg = autotune::select_for_stream(stream, key, candidates, fallback, measure);
+  if (!is_capturing(stream)) {
+    std::lock_guard<std::mutex> lock(memo_mu);
+    memo[mk] = cfg;
+  }
+  return cfg;
+}
+
+// ---- ahead-of-time tuning (`tessel tune --family gemm_small_m`) ----------------------------
+
+void pretune_small_m(const std::vector<std::vector<int64_t>>& shapes_in,
+                     std::vector<std::string>& report) {
+  std::vector<std::vector<int64_t>> shapes = shapes_in;
+  if (shapes.empty()) {
+    const int64_t nk[][2] = {
+        {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+    for (int64_t m : {1, 2, 4, 8, 16, 32})
+      for (const auto& x : nk) shapes.push_back({m, x[0], x[1]});
+  }
+  if (!autotune::enabled()) {
+    report.push_back("TESSEL_AUTOTUNE=0: tuning is off, nothing to do");
+    return;
+  }
+  cudaStream_t stream = nullptr;
+  TESSEL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Guard {
+    cudaStream_t s;
+    ~Guard() { cudaStreamDestroy(s); }
+  } guard{stream};
+  for (const auto& s : shapes) {
+    const int64_t M = s[0], N = s[1], K = s[2];
+    DeviceBuffer a(size_t(M * K) * 2), b(size_t(N * K) * 2), d(size_t(M * N) * 2);
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(a.data(), 0x3C, a.bytes(), stream));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(b.data(), 0x3C, b.bytes(), stream));
+    const Tensor ta = Tensor::contiguous(a.data(), DType::bf16, {M, K});
+    const Tensor tb = Tensor::contiguous(b.data(), DType::bf16, {N, K});
+    Tensor td = Tensor::contiguous(d.data(), DType::bf16, {M, N});
+    GemmOptions opt;
+    const Problem pr = describe(ta, tb, td, opt);
+    std::string line =
+        std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " bf16 nk: ";
+    if (!pr.ok) {
+      report.push_back(line + "not a small-M problem (M must be 1..32, N and K multiples of 8)");
+      continue;
+    }
+    const int cfg = choose(pr, ta, tb, td, stream);
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    report.push_back(line + gemm_small_m_config_name(cfg));
+  }
+}
+
+[[maybe_unused]] const bool g_pretune_registered = [] {
+  autotune::register_pretune("gemm_small_m", pretune_small_m);
+  return true;
+}();
+
+}  // namespace
+
+int gemm_small_m_num_configs() { return kNumConfigs; }
+
+std::string gemm_small_m_config_name(int config) {
+  if (config < 0 || config >= kNumConfigs) return "config " + std::to_string(config) + " (invalid)";
+  const Config c = config_of(config);
+  return "config " + std::to_string(config) + " (warps N x K = " + std::to_string(c.wn) + " x " +
+         std::to_string(kWarps / c.wn) + ", splits >= " + std::to_string(c.splits) + ")";
+}
+
+int gemm_small_m_choice(const Tensor& a, const Tensor& b, const Tensor& d, const GemmOptions& opt,
+                        cudaStream_t stream) {
+  const Problem pr = describe(a, b, d, opt);
+  if (!pr.ok) return -1;
+  return choose(pr, a, b, d, stream);
+}
+
+bool gemm_small_m_with_config(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
+                              cudaStream_t stream, int config) {
+  const Problem pr = describe(a, b, d, opt);
+  if (!pr.ok) return false;
+  if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
+  launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
+         pr.c ? opt.beta : 0.f, config, stream);
+  return true;
+}
+
+bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
+                  cudaStream_t stream) {
+  return gemm_small_m_with_config(a, b, d, opt, stream, -1);
+}
+
+}  // namespace tessel::detail

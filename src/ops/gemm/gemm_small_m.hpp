@@ -1,0 +1,42 @@
+// Small-M GEMM (decode, M = 1…32): D(M,N) = alpha · A(M,K) · op(B) + beta · C, streaming the
+// weight B once with 128-bit loads (tensor-core mma.sync m16n8k16, fp32 accumulate).
+//
+//   a : (M, K) row-major bf16/f16, 1 <= M <= 32
+//   b : (N, K) row-major (BLayout::nk) or (K, N) row-major (BLayout::kn), a's dtype
+//   d : (M, N) f32/f16/bf16; opt.c (same dtype/shape as d, may be d) when beta != 0
+//
+// Arguments must already be validated by tessel::gemm (dtypes, shapes, N and K multiples of
+// 8, row pitches multiples of 8 elements, 16-byte aligned base pointers, device pointers).
+// Returns false without launching anything for cases it does not handle (M outside 1…32,
+// K == 0, anything it cannot prove it supports); the caller then uses the general kernel.
+//
+// Config (rows/columns per block, warps along K, split-K count) comes from the autotuner
+// (src/runtime/autotune.hpp, family "gemm_small_m"); split-K partials are reduced
+// deterministically (fixed split order) by the last block of each column slab.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tessel/gemm.hpp"
+
+namespace tessel::detail {
+
+bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
+                  cudaStream_t stream);
+
+// Tuning hooks (benchmarks, tests, `tessel tune`): number of candidate configs, a config's
+// description, and a launch with a forced config (-1: the autotuner's choice). Same
+// contract as gemm_small_m.
+int gemm_small_m_num_configs();
+std::string gemm_small_m_config_name(int config);
+bool gemm_small_m_with_config(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
+                              cudaStream_t stream, int config);
+// The config gemm_small_m would use for this problem right now (may tune; -1 if the
+// problem is not handled).
+int gemm_small_m_choice(const Tensor& a, const Tensor& b, const Tensor& d, const GemmOptions& opt,
+                        cudaStream_t stream);
+
+}  // namespace tessel::detail

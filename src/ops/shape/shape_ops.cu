@@ -1,0 +1,234 @@
+// Shape ops (bit-exact, any dtype): concat along any axis, batched transpose.
+//
+// concat: out viewed as (outer, W) bytes with W = Σ_i size_i·inner·elem; input i is an
+// (outer, w_i) byte matrix landing at column offset o_i. One launch for up to kMaxInputs
+// inputs: a table in the kernel parameters, blocks own tiles of one input (binary search over
+// first tiles). Access unit = the largest of 16/8/4/2/1 bytes dividing every width, offset
+// and base address (16 for the usual LLM shapes): every byte read once and written once.
+// transpose_batched: (B, R, C) -> (B, C, R) through a 64×64 shared-memory tile per block,
+// batch on grid.z; 16-bit and wider types move as such (bit-exact).
+#include <string>
+
+#include "ops/rows.cuh"
+#include "tessel/shape_ops.hpp"
+
+namespace tessel {
+namespace {
+
+// ---- concat ------------------------------------------------------------------------------
+constexpr int kMaxInputs = 256;
+constexpr int kCatThreads = 256;
+constexpr int kCatUnits = 4;  // units per thread per tile
+
+struct CatEntry {
+  const void* src;
+  int64_t width;   // units per row of this input
+  int64_t offset;  // units from the start of an out row
+  int64_t first_tile;
+};
+
+struct CatTable {
+  CatEntry e[kMaxInputs];
+  int count;
+  int64_t out_width;  // units per out row
+  int64_t outer;
+  void* out;
+};
+
+template <class U>
+__global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_constant__ CatTable tab) {
+  constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
+  const int64_t tile = blockIdx.x;
+  int lo = 0, hi = tab.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tab.e[mid].first_tile <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const CatEntry& e = tab.e[lo];
+  const int64_t total = e.width * tab.outer;
+  const int64_t k0 = (tile - e.first_tile) * kTile;
+  const U* src = static_cast<const U*>(e.src);
+  U* out = static_cast<U*>(tab.out);
+  U v[kCatUnits];
+#pragma unroll
+  for (int j = 0; j < kCatUnits; ++j) {
+    const int64_t k = k0 + int64_t{j} * kCatThreads + threadIdx.x;
+    if (k < total) v[j] = src[k];
+  }
+#pragma unroll
+  for (int j = 0; j < kCatUnits; ++j) {
+    const int64_t k = k0 + int64_t{j} * kCatThreads + threadIdx.x;
+    if (k < total) {
+      const int64_t r = k / e.width, c = k - r * e.width;
+      out[r * tab.out_width + e.offset + c] = v[j];
+    }
+  }
+}
+
+// ---- batched transpose ---------------------------------------------------------------------
+constexpr int kTDim = 64;
+constexpr int kTRows = 4;  // threads in y; each covers kTDim / kTRows rows
+
+template <class U>
+__global__ void __launch_bounds__(kTDim * kTRows)
+    transpose_batched_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
+                             int64_t cols) {
+  __shared__ U tile[kTDim][kTDim + 1];
+  const int64_t b = blockIdx.z;
+  const U* s = src + b * rows * cols;
+  U* d = dst + b * rows * cols;
+  const int64_t r0 = int64_t{blockIdx.y} * kTDim, c0 = int64_t{blockIdx.x} * kTDim;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+#pragma unroll
+  for (int k = 0; k < kTDim / kTRows; ++k) {
+    const int r = ty + k * kTRows;
+    if (r0 + r < rows && c0 + tx < cols) tile[r][tx] = s[(r0 + r) * cols + c0 + tx];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kTDim / kTRows; ++k) {
+    const int c = ty + k * kTRows;  // dst row = src col
+    if (c0 + c < cols && r0 + tx < rows) d[(c0 + c) * rows + r0 + tx] = tile[tx][c];
+  }
+}
+
+}  // namespace
+
+void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStream_t stream) {
+  detail::OpCheck chk("concat");
+  if (count == 0) chk.fail("inputs", "at least one tensor", "0 tensors");
+  if (inputs == nullptr) chk.fail("inputs", "an array of tensors", "NULL");
+  auto name = [](size_t i) { return "inputs[" + std::to_string(i) + "]"; };
+  for (size_t i = 0; i < count; ++i) chk.same_dtype(name(i).c_str(), inputs[i], "out", out);
+  chk.valid_layout("out", out);
+  if (out.ndim < 1) chk.fail("out", "a tensor of rank >= 1", "rank 0");
+  if (axis < -out.ndim || axis >= out.ndim)
+    chk.fail("axis", "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
+             std::to_string(axis));
+  const int ax = axis < 0 ? axis + out.ndim : axis;
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor& t = inputs[i];
+    chk.valid_layout(name(i).c_str(), t);
+    bool ok = t.ndim == out.ndim;
+    for (int d = 0; ok && d < out.ndim; ++d)
+      if (d != ax && t.shape[d] != out.shape[d]) ok = false;
+    if (!ok) {
+      Tensor want = out;
+      want.shape[ax] = t.ndim == out.ndim ? t.shape[ax] : 0;
+      chk.fail(name(i).c_str(), "shape " + want.shape_string() + " (out's shape except axis " +
+                                    std::to_string(ax) + ")",
+               t.shape_string());
+    }
+    total += t.shape[ax];
+  }
+  if (total != out.shape[ax])
+    chk.fail("out", "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
+                        " (the inputs' sum)",
+             out.shape_string());
+  for (size_t i = 0; i < count; ++i) chk.contiguous(name(i).c_str(), inputs[i]);
+  chk.contiguous("out", out);
+  if (out.numel() == 0) return;
+  for (size_t i = 0; i < count; ++i)
+    if (inputs[i].numel() > 0) chk.device_pointer(name(i).c_str(), inputs[i]);
+  chk.device_pointer("out", out);
+
+  const size_t es = dtype_size(out.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < ax; ++d) outer *= out.shape[d];
+  for (int d = ax + 1; d < out.ndim; ++d) inner *= out.shape[d];
+  const int64_t wbytes = out.shape[ax] * inner * static_cast<int64_t>(es);
+  // Largest access unit dividing every width, offset and base address.
+  uint64_t acc = static_cast<uint64_t>(wbytes) | reinterpret_cast<uintptr_t>(out.data);
+  int64_t off = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t w = inputs[i].shape[ax] * inner * static_cast<int64_t>(es);
+    if (w == 0) continue;
+    acc |= static_cast<uint64_t>(w) | static_cast<uint64_t>(off) |
+           reinterpret_cast<uintptr_t>(inputs[i].data);
+    off += w;
+  }
+  const int g = (acc % 16 == 0) ? 16 : (acc % 8 == 0) ? 8 : (acc % 4 == 0) ? 4 : (acc % 2 == 0) ? 2 : 1;
+  auto launch = [&](auto unit_tag) {
+    using U = decltype(unit_tag);
+    constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
+    CatTable tab;
+    tab.count = 0;
+    tab.out = out.data;
+    tab.outer = outer;
+    tab.out_width = wbytes / g;
+    int64_t tiles = 0, offset = 0;
+    auto flush = [&] {
+      if (tab.count > 0)
+        concat_kernel<U><<<static_cast<unsigned>(tiles), kCatThreads, 0, stream>>>(tab);
+      detail::check_launch("concat");
+      tab.count = 0;
+      tiles = 0;
+    };
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t w = inputs[i].shape[ax] * inner * static_cast<int64_t>(es) / g;
+      if (w == 0) continue;
+      CatEntry& e = tab.e[tab.count++];
+      e.src = inputs[i].data;
+      e.width = w;
+      e.offset = offset;
+      e.first_tile = tiles;
+      tiles += (w * outer + kTile - 1) / kTile;
+      offset += w;
+      if (tab.count == kMaxInputs || tiles > (int64_t{1} << 30)) flush();
+    }
+    flush();
+  };
+  switch (g) {
+    case 16: launch(uint4{}); break;
+    case 8: launch(uint2{}); break;
+    case 4: launch(uint32_t{}); break;
+    case 2: launch(uint16_t{}); break;
+    default: launch(uint8_t{}); break;
+  }
+}
+
+void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
+  detail::OpCheck chk("transpose_batched");
+  chk.same_dtype("dst", dst, "src", src);
+  chk.rank_in("src", src, 2, 3);
+  chk.rank_in("dst", dst, src.ndim, src.ndim);
+  chk.valid_layout("src", src);
+  chk.valid_layout("dst", dst);
+  const int64_t b = src.ndim == 3 ? src.shape[0] : 1;
+  const int64_t r = src.shape[src.ndim - 2], c = src.shape[src.ndim - 1];
+  const bool ok = dst.shape[dst.ndim - 2] == c && dst.shape[dst.ndim - 1] == r &&
+                  (src.ndim == 2 || dst.shape[0] == b);
+  if (!ok) {
+    Tensor want = src;
+    want.shape[src.ndim - 2] = c;
+    want.shape[src.ndim - 1] = r;
+    chk.fail("dst", "shape " + want.shape_string(), dst.shape_string());
+  }
+  chk.contiguous("src", src);
+  chk.contiguous("dst", dst);
+  if (src.numel() == 0) return;
+  chk.device_pointer("src", src);
+  chk.device_pointer("dst", dst);
+  if (b > 65535) chk.fail("src", "a batch of at most 65535", src.shape_string());
+  if ((r + kTDim - 1) / kTDim > 65535)
+    chk.fail("src", "at most 65535·64 rows", src.shape_string());
+  const dim3 grid(static_cast<unsigned>((c + kTDim - 1) / kTDim),
+                  static_cast<unsigned>((r + kTDim - 1) / kTDim), static_cast<unsigned>(b));
+  const dim3 block(kTDim, kTRows);
+  auto launch = [&](auto unit) {
+    using U = decltype(unit);
+    transpose_batched_kernel<U><<<grid, block, 0, stream>>>(static_cast<const U*>(src.data),
+                                                           static_cast<U*>(dst.data), r, c);
+  };
+  switch (dtype_size(src.dtype)) {
+    case 1: launch(uint8_t{}); break;
+    case 2: launch(uint16_t{}); break;
+    case 4: launch(uint32_t{}); break;
+    default: launch(uint2{}); break;
+  }
+  detail::check_launch("transpose_batched");
+}
+
+}  // namespace tessel
