@@ -307,10 +307,10 @@ float* splitk_partials(cudaStream_t stream, size_t bytes) {
 }
 
 // Tuning hooks for benchmarks (not public API): cfg 0 = 128x256 cluster, 1 = 128x128,
-// 2 = 128x64, 3 / 4 = 128x64 in clusters of 2 / 4 along N (-1: heuristic); splits (0: heuristic); cluster-tile rows per raster group
+// 2 = 128x64 (-1: heuristic); splits (0: heuristic); cluster-tile rows per raster group
 // (0: default 8).
 void set_tuning(int cfg, int splits, int group) {
-  g_force_cfg = cfg >= 0 && cfg <= 4 ? cfg : -1;
+  g_force_cfg = cfg >= 0 && cfg <= 2 ? cfg : -1;
   g_force_splits = splits > 0 ? splits : 0;
   g_force_group = group > 0 ? group : 0;
 }

@@ -21,13 +21,9 @@ using MidTile = GemmConfig<T, MB, 128, 128, 64, 6, 1>;
 template <class T, Major MB>
 using SmallTile = GemmConfig<T, MB, 128, 64, 64, 8, 1>;
 
-// Small M: 128x64 tiles in clusters of 2 / 4 along N sharing each A tile (multicast).
-template <class T, Major MB>
-using SmallTileN2 = GemmConfig<T, MB, 128, 64, 64, 8, 1, 2>;
-template <class T, Major MB>
-using SmallTileN4 = GemmConfig<T, MB, 128, 64, 64, 8, 1, 4>;
-
-enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2, kSmallN2 = 3, kSmallN4 = 4 };
+// (GemmConfig's ClusterN — CTAs along N sharing A, for small M — is not instantiated yet:
+// written, never measured; docs/gemm.md.)
+enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2 };
 
 // Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu).
 float* splitk_partials(cudaStream_t stream, size_t bytes);
@@ -51,16 +47,12 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
     switch (cfg) {
       case kBig: launch<BigTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       case kMid: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
-      case kSmallN2: launch<SmallTileN2<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
-      case kSmallN4: launch<SmallTileN4<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
     }
   } else {
     switch (cfg) {
       case kBig: launch<BigTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
       case kMid: launch<MidTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
-      case kSmallN2: launch<SmallTileN2<T, Major::K>>(ops, tma_d, p, sms, stream); break;
-      case kSmallN4: launch<SmallTileN4<T, Major::K>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
     }
   }
