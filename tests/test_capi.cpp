@@ -7,13 +7,14 @@
 #include <thread>
 #include <vector>
 
+#include "fake_tensor.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tessel.h"
 #include "test_util.hpp"
 
 namespace {
 
-void* fake(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x100000 + 0x1000 * i)); }
+using namespace tessel::fake_args;
 
 tessel_tensor_t make(void* data, int32_t dtype, std::initializer_list<int64_t> shape) {
   tessel_tensor_t t;

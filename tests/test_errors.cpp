@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fake_tensor.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tensor.hpp"
 #include "test_util.hpp"
@@ -26,26 +27,7 @@
 namespace tessel {
 namespace {
 
-// Distinct, 256-byte aligned, never dereferenced.
-void* fake(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x100000 + 0x1000 * i)); }
-
-Tensor T(DType dtype, std::initializer_list<int64_t> shape, int i = 0) {
-  return Tensor::contiguous(fake(i), dtype, shape);
-}
-
-// A view with explicit strides.
-Tensor S(DType dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides,
-         int i = 0) {
-  Tensor t = Tensor::contiguous(fake(i), dtype, shape);
-  int d = 0;
-  for (int64_t s : strides) t.strides[d++] = s;
-  return t;
-}
-
-Tensor on_cpu(Tensor t) {
-  t.device = Device{DeviceKind::cpu, 0};
-  return t;
-}
+using namespace tessel::fake_args;
 
 Tensor with_ndim(Tensor t, int ndim) {
   t.ndim = ndim;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fake_tensor.hpp"
 #include "tessel/loss.hpp"
 #include "tessel/optim.hpp"
 #include "tessel/shape_ops.hpp"
@@ -15,10 +16,8 @@
 namespace tessel {
 namespace {
 
-void* fake(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x100000 + 0x1000 * i)); }
-Tensor T(DType dtype, std::initializer_list<int64_t> shape, int i = 0) {
-  return Tensor::contiguous(fake(i), dtype, shape);
-}
+using namespace tessel::fake_args;
+
 Tensor cpu(Tensor t) {
   t.device = Device{DeviceKind::cpu, 0};
   return t;
@@ -44,9 +43,9 @@ void expect_invalid(const std::function<void()>& call, const std::string& op,
     if (!extra.empty()) EXPECT_NE(msg.find(extra), std::string::npos) << msg;
   }
 }
-#define EXPECT_INVALID(stmt, op, arg, ...) \
-  do {                                     \
-    SCOPED_TRACE(#stmt);                   \
+#define EXPECT_INVALID(stmt, op, arg, ...)                             \
+  do {                                                                 \
+    SCOPED_TRACE(#stmt);                                               \
     expect_invalid([&] { stmt; }, op, arg __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 #define EXPECT_ACCEPTED(stmt, op, arg) EXPECT_INVALID(stmt, op, arg, "CUDA tensor")
@@ -60,8 +59,10 @@ TEST(LossErrors, CrossEntropy) {
   Tensor dxh = T(f16, {4, 100}, 3);
   EXPECT_INVALID(cross_entropy(x, t, l, &dxh, nullptr), "cross_entropy", "dlogits", "f16");
   EXPECT_INVALID(cross_entropy(x, T(f32, {4}, 1), l, &dx, nullptr), "cross_entropy", "targets");
-  EXPECT_INVALID(cross_entropy(x, T(i64, {5}, 1), l, &dx, nullptr), "cross_entropy", "targets", "(4,)");
-  EXPECT_INVALID(cross_entropy(T(bf16, {2, 2, 100}), t, l, &dx, nullptr), "cross_entropy", "logits");
+  EXPECT_INVALID(cross_entropy(x, T(i64, {5}, 1), l, &dx, nullptr), "cross_entropy", "targets",
+                 "(4,)");
+  EXPECT_INVALID(cross_entropy(T(bf16, {2, 2, 100}), t, l, &dx, nullptr), "cross_entropy",
+                 "logits");
   Tensor l4 = T(f32, {4}, 2);
   EXPECT_INVALID(cross_entropy(x, t, l4, &dx, nullptr), "cross_entropy", "loss", "one element");
   Tensor lh = T(f16, {}, 2);
@@ -88,26 +89,35 @@ TEST(LossErrors, FusedLinearCrossEntropy) {
   const char* op = "fused_linear_cross_entropy";
   Tensor h = T(bf16, {6, 64}), w = T(bf16, {128, 64}, 1), t = T(i32, {6}, 2), l = T(f32, {1}, 3);
   Tensor dh = T(bf16, {6, 64}, 4), dw = T(f32, {128, 64}, 5);
-  EXPECT_INVALID(fused_linear_cross_entropy(T(f32, {6, 64}), w, t, l, &dh, &dw, nullptr), op, "hidden");
-  EXPECT_INVALID(fused_linear_cross_entropy(h, T(f16, {128, 64}, 1), t, l, &dh, &dw, nullptr), op, "weight");
+  EXPECT_INVALID(fused_linear_cross_entropy(T(f32, {6, 64}), w, t, l, &dh, &dw, nullptr), op,
+                 "hidden");
+  EXPECT_INVALID(fused_linear_cross_entropy(h, T(f16, {128, 64}, 1), t, l, &dh, &dw, nullptr), op,
+                 "weight");
   Tensor dwb = T(bf16, {128, 64}, 5);
   EXPECT_INVALID(fused_linear_cross_entropy(h, w, t, l, &dh, &dwb, nullptr), op, "dweight", "bf16");
   Tensor dhh = T(f16, {6, 64}, 4);
   EXPECT_INVALID(fused_linear_cross_entropy(h, w, t, l, &dhh, &dw, nullptr), op, "dhidden");
-  EXPECT_INVALID(fused_linear_cross_entropy(h, T(bf16, {128, 32}, 1), t, l, &dh, &dw, nullptr), op, "weight");
-  EXPECT_INVALID(fused_linear_cross_entropy(T(bf16, {6, 60}), T(bf16, {128, 60}, 1), t, l, nullptr, nullptr, nullptr), op, "hidden", "multiple of 8");
-  EXPECT_INVALID(fused_linear_cross_entropy(h, T(bf16, {100, 64}, 1), t, l, nullptr, nullptr, nullptr), op, "weight", "multiple of 8");
+  EXPECT_INVALID(fused_linear_cross_entropy(h, T(bf16, {128, 32}, 1), t, l, &dh, &dw, nullptr), op,
+                 "weight");
+  EXPECT_INVALID(fused_linear_cross_entropy(T(bf16, {6, 60}), T(bf16, {128, 60}, 1), t, l, nullptr,
+                                            nullptr, nullptr),
+                 op, "hidden", "multiple of 8");
+  EXPECT_INVALID(
+      fused_linear_cross_entropy(h, T(bf16, {100, 64}, 1), t, l, nullptr, nullptr, nullptr), op,
+      "weight", "multiple of 8");
   Tensor dw2 = T(f32, {64, 128}, 5);
   EXPECT_INVALID(fused_linear_cross_entropy(h, w, t, l, &dh, &dw2, nullptr), op, "dweight");
   FusedLinearCrossEntropyOptions o;
   o.chunk_rows = 12;
   EXPECT_INVALID(fused_linear_cross_entropy(h, w, t, l, &dh, &dw, nullptr, o), op, "chunk_rows");
-  EXPECT_INVALID(fused_linear_cross_entropy(h, w, T(i32, {5}, 2), l, &dh, &dw, nullptr), op, "targets");
+  EXPECT_INVALID(fused_linear_cross_entropy(h, w, T(i32, {5}, 2), l, &dh, &dw, nullptr), op,
+                 "targets");
   EXPECT_ACCEPTED(fused_linear_cross_entropy(cpu(h), w, t, l, &dh, &dw, nullptr), op, "hidden");
 }
 
 TEST(OptimErrors, AdamW) {
-  AdamWTensors e{T(bf16, {10}), T(bf16, {10}, 1), T(f32, {10}, 2), T(f32, {10}, 3), T(f32, {10}, 4)};
+  AdamWTensors e{T(bf16, {10}), T(bf16, {10}, 1), T(f32, {10}, 2), T(f32, {10}, 3),
+                 T(f32, {10}, 4)};
   AdamWOptions o;
   auto call = [&](AdamWTensors x, AdamWOptions opt = {}) { adamw(&x, 1, opt, nullptr); };
   AdamWTensors b = e;
@@ -172,7 +182,8 @@ TEST(ShapeErrors, TransposeBatched) {
   EXPECT_INVALID(transpose_batched(s, d2, nullptr), "transpose_batched", "dst", "(3, 5, 4)");
   Tensor d4 = T(f32, {1, 3, 5, 4}, 1);
   EXPECT_INVALID(transpose_batched(T(f32, {1, 3, 4, 5}), d4, nullptr), "transpose_batched", "src");
-  EXPECT_INVALID(transpose_batched(transposed(T(f32, {3, 5, 4})), d, nullptr), "transpose_batched", "src");
+  EXPECT_INVALID(transpose_batched(transposed(T(f32, {3, 5, 4})), d, nullptr), "transpose_batched",
+                 "src");
   EXPECT_ACCEPTED(transpose_batched(cpu(s), d, nullptr), "transpose_batched", "src");
   Tensor d0 = T(f32, {0, 5, 4}, 1);
   EXPECT_NO_THROW(transpose_batched(T(f32, {0, 4, 5}), d0, nullptr));
