@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "fake_tensor.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tensor.hpp"
@@ -28,6 +29,8 @@ namespace tessel {
 namespace {
 
 using namespace tessel::fake_args;
+using tessel::test::expect_error;
+using tessel::test::expect_invalid;
 
 Tensor with_ndim(Tensor t, int ndim) {
   t.ndim = ndim;
@@ -35,29 +38,6 @@ Tensor with_ndim(Tensor t, int ndim) {
 }
 
 constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i32 = DType::i32;
-
-// Runs `call`; it must throw tessel::Error(INVALID_ARGUMENT) naming tessel::<op> and '<arg>'
-// (and containing `extra` if given).
-void expect_invalid(const std::function<void()>& call, const std::string& op,
-                    const std::string& arg, const std::string& extra = "") {
-  try {
-    call();
-    ADD_FAILURE() << "expected tessel::Error for argument '" << arg << "' of tessel::" << op
-                  << ", nothing was thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT) << msg;
-    EXPECT_NE(msg.find("tessel::" + op + ":"), std::string::npos) << "op not named: " << msg;
-    EXPECT_NE(msg.find("'" + arg + "'"), std::string::npos) << "argument not named: " << msg;
-    EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("got"), std::string::npos) << msg;
-    if (!extra.empty()) {
-      EXPECT_NE(msg.find(extra), std::string::npos) << msg;
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tessel::Error, got another exception: " << e.what();
-  }
-}
 
 #define EXPECT_INVALID(stmt, op, arg, ...)                             \
   do {                                                                 \

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "expect_error.hpp"
 #include "fake_tensor.hpp"
 #include "tessel/activation.hpp"
 #include "tessel/dropout.hpp"
@@ -17,24 +18,11 @@ namespace tessel {
 namespace {
 
 using namespace tessel::fake_args;
+using tessel::test::expect_error;
+using tessel::test::expect_invalid;
 
 constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i32 = DType::i32,
                 i64 = DType::i64, u8 = DType::u8;
-
-void expect_invalid(const std::function<void()>& call, const std::string& op,
-                    const std::string& arg, const std::string& extra = "") {
-  try {
-    call();
-    ADD_FAILURE() << "expected tessel::Error for '" << arg << "' of tessel::" << op;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT) << msg;
-    EXPECT_NE(msg.find("tessel::" + op + ":"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'" + arg + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
-    if (!extra.empty()) EXPECT_NE(msg.find(extra), std::string::npos) << msg;
-  }
-}
 
 cudaStream_t S = nullptr;
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "fake_tensor.hpp"
 #include "tessel/loss.hpp"
 #include "tessel/optim.hpp"
@@ -17,6 +18,8 @@ namespace tessel {
 namespace {
 
 using namespace tessel::fake_args;
+using tessel::test::expect_error;
+using tessel::test::expect_invalid;
 
 Tensor cpu(Tensor t) {
   t.device = Device{DeviceKind::cpu, 0};
@@ -28,21 +31,6 @@ Tensor transposed(Tensor t) {  // swap the last two axes' strides (non-contiguou
   return t;
 }
 
-void expect_invalid(const std::function<void()>& call, const std::string& op,
-                    const std::string& arg, const std::string& extra = "") {
-  try {
-    call();
-    ADD_FAILURE() << "expected tessel::Error for '" << arg << "' of tessel::" << op;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT) << msg;
-    EXPECT_NE(msg.find("tessel::" + op + ":"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'" + arg + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("got"), std::string::npos) << msg;
-    if (!extra.empty()) EXPECT_NE(msg.find(extra), std::string::npos) << msg;
-  }
-}
 #define EXPECT_INVALID(stmt, op, arg, ...)                             \
   do {                                                                 \
     SCOPED_TRACE(#stmt);                                               \

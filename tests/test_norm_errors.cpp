@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "expect_error.hpp"
 #include "fake_tensor.hpp"
 #include "ref/norm_ref.hpp"
 #include "tessel/norm.hpp"
@@ -19,28 +20,10 @@ namespace tessel {
 namespace {
 
 using namespace tessel::fake_args;
+using tessel::test::expect_error;
+using tessel::test::expect_invalid;
 
 constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i32 = DType::i32;
-
-void expect_error(const std::function<void()>& call, tessel_status_t code, const std::string& op,
-                  const std::string& arg, const std::string& extra) {
-  try {
-    call();
-    ADD_FAILURE() << "expected tessel::Error for argument '" << arg << "' of tessel::" << op;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.code(), code) << msg;
-    EXPECT_NE(msg.find("tessel::" + op + ":"), std::string::npos) << "op not named: " << msg;
-    EXPECT_NE(msg.find("'" + arg + "'"), std::string::npos) << "argument not named: " << msg;
-    EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("got"), std::string::npos) << msg;
-    if (!extra.empty()) {
-      EXPECT_NE(msg.find(extra), std::string::npos) << msg;
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tessel::Error, got another exception: " << e.what();
-  }
-}
 
 #define EXPECT_INVALID(stmt, op, arg, ...)                              \
   do {                                                                  \
