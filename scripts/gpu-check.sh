@@ -14,7 +14,7 @@
 set -uo pipefail
 
 if [ $# -ne 1 ] || [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit 64
 fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,12 +56,15 @@ status=0
 # The test binary directly (ctest's files hold absolute paths, which break when the build
 # directory is copied to another machine).
 tests="$build/tessel_tests"
-if [ -x "$tests" ]; then
-  TESSEL_REQUIRE_GPU=1 "$tests" --gtest_filter='*Gpu*' --gtest_output="xml:$out/gpu-tests.xml" \
+gfilter="${TESSEL_GTEST_FILTER:-*Gpu*}"
+if [ "$gfilter" = none ]; then
+  note "gpu tests: skipped (TESSEL_GTEST_FILTER=none)"
+elif [ -x "$tests" ]; then
+  TESSEL_REQUIRE_GPU=1 "$tests" --gtest_filter="$gfilter" --gtest_output="xml:$out/gpu-tests.xml" \
     >"$out/gpu-tests.log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then note "gpu tests: PASS ($(grep -c '^\[       OK \]' "$out/gpu-tests.log") ok)"
-  else note "gpu tests: FAIL (rc=$rc, see gpu-tests.log)"; grep '^\[  FAILED  \]' "$out/gpu-tests.log" | sort -u | tee -a "$summary"; status=1; fi
+  else note "gpu tests: FAIL (rc=$rc, see gpu-tests.log)"; grep '^\[  FAILED  \]' "$out/gpu-tests.log" | sed 's/ ([0-9]* ms)$//' | sort -u | head -40 | tee -a "$summary"; status=1; fi
 else
   note "gpu tests: FAIL ($tests not found; build with -DTESSEL_BUILD_TESTS=ON)"
   status=1
@@ -70,7 +73,8 @@ fi
 # ---- 2. bench suites -------------------------------------------------------------------
 cli="$build/tessel"
 if [ -x "$cli" ]; then
-  suites="$("$cli" bench --list | cut -f1)"
+  suites="${TESSEL_SUITES:-$("$cli" bench --list | cut -f1)}"
+  [ "$suites" = none ] && suites=""
   for s in $suites; do
     "$cli" bench "$s" --json "$out/$s.json" >"$out/$s.log" 2>&1
     rc=$?
