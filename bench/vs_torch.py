@@ -100,6 +100,9 @@ class CaseSpec:
     torch_fn: Callable[[], object]
     check: Callable[[], tuple] | None = None  # -> (ok, detail), after one call of each
     compile_fn: Callable[[], object] | None = None  # default: torch.compile(torch_fn)
+    # Other baselines than torch eager / torch.compile (e.g. SDPA backends):
+    # [(name, fn, target ratio)]; when given, these replace the default two.
+    baselines: list | None = None
 
 
 @dataclass
@@ -369,6 +372,15 @@ def _emb(quick):
                      lambda: (bool(torch.equal(out, ref[0])), "bit-exact"))]
 
 
+# ---- cases of other families: bench/vs_torch_<family>.py, run in this module's namespace --------
+# (they use case, CaseSpec, dev, close, _bytes, tessel, torch, F directly).
+for _p in sorted(os.listdir(os.path.dirname(os.path.abspath(__file__)))):
+    if _p.startswith("vs_torch_") and _p.endswith(".py"):
+        _path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _p)
+        with open(_path) as _f:
+            exec(compile(_f.read(), _path, "exec"), globals())
+
+
 # ---- driver ----------------------------------------------------------------------------------
 def commit():
     if os.environ.get("TESSEL_COMMIT"):
@@ -404,11 +416,14 @@ def run_spec(spec: CaseSpec, timer: Timer, peaks: dict) -> list[dict]:
         check, detail = "ERROR", f"{type(e).__name__}: {e}"
     ours_ms = timer.measure(spec.ours) if check != "ERROR" else 0.0
     ours = value(spec, ours_ms) if ours_ms > 0 else 0.0
-    baselines = [("torch eager", spec.torch_fn, EAGER_TARGET)]
-    comp = spec.compile_fn
-    if comp is None:
-        comp = torch.compile(spec.torch_fn)
-    baselines.append(("torch.compile", comp, COMPILE_TARGET))
+    if spec.baselines is not None:
+        baselines = list(spec.baselines)
+    else:
+        baselines = [("torch eager", spec.torch_fn, EAGER_TARGET)]
+        comp = spec.compile_fn
+        if comp is None:
+            comp = torch.compile(spec.torch_fn)
+        baselines.append(("torch.compile", comp, COMPILE_TARGET))
     out = []
     for name, fn, target in baselines:
         rec = dict(base)
