@@ -2,9 +2,10 @@
 //
 // Timing: each timed iteration is bracketed by its own pair of CUDA events on the bench
 // stream; the result is the median over `iters` iterations after `warmup` untimed ones.
-// Cache policy: before every iteration (warm-up and timed) the harness writes a scratch
-// buffer of 2x the device's L2 size with cudaMemsetAsync, outside the event pair, so no
-// timed iteration starts with its inputs resident in L2 ("L2 flushed", not rotated inputs).
+// Cache policy: before every iteration (warm-up and timed) the harness reads a scratch
+// buffer of 2x the device's L2 size with a kernel, outside the event pair, so no timed
+// iteration starts with its inputs resident in L2 ("L2 flushed", not rotated inputs) and
+// L2 holds no dirty lines whose write-back would land inside the timed kernel.
 //
 // Suites register themselves with TESSEL_BENCH_SUITE (static registration) and append one
 // Record per (op, case) to the SuiteContext. This header is plain C++ (no CUDA kernels,
