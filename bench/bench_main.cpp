@@ -84,6 +84,7 @@ nlohmann::ordered_json to_json(const SuiteResult& r, const Peaks& peaks, const s
     o["shape"] = shape;
     o["dtype"] = rec.dtype;
     o["metric"] = rec.metric;
+    for (const auto& [k, v] : rec.flags) o[k] = v;
     o["ours"] = rec.ours;
     o["baseline"] = rec.baseline;
     o["baseline_value"] = rec.baseline_value;

@@ -43,6 +43,8 @@ struct Record {
   std::string op;     // add, copy, transpose, reduce_sum, softmax_fwd, softmax_bwd, ...
   std::string case_;  // free text, e.g. "16384x8192 same-shape"
   std::vector<std::pair<std::string, int64_t>> shape;  // e.g. {{"rows", 16384}, {"cols", 4096}}
+  // Boolean properties written as top-level JSON booleans, e.g. {{"causal", true}}.
+  std::vector<std::pair<std::string, bool>> flags;
   std::string dtype;                                   // "bf16", "f32", "bf16->f32"
   std::string metric;                                  // "GB/s" or "TFLOP/s"
   double ours = 0.0;                                   // achieved, in metric units

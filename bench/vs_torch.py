@@ -103,6 +103,7 @@ class CaseSpec:
     # Other baselines than torch eager / torch.compile (e.g. SDPA backends):
     # [(name, fn, target ratio)]; when given, these replace the default two.
     baselines: list | None = None
+    flags: dict = field(default_factory=dict)  # top-level JSON booleans, e.g. {"causal": True}
 
 
 @dataclass
@@ -401,7 +402,7 @@ def value(spec, ms):
 def run_spec(spec: CaseSpec, timer: Timer, peaks: dict) -> list[dict]:
     base = {"op": spec.op, "case": spec.case,
             "shape": [[k, int(v)] for k, v in spec.shape.items()], "dtype": spec.dtype,
-            "metric": spec.metric}
+            "metric": spec.metric, **{k: bool(v) for k, v in spec.flags.items()}}
     peak = peaks["copy_GBps"] if spec.metric == "GB/s" else peaks["bf16_TFLOPs"]
     check, detail = "OK", ""
     try:

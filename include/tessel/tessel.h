@@ -57,6 +57,8 @@ tessel_status_t tessel_softmax_backward(const tessel_tensor_t* y, const tessel_t
 #endif
 
 /* Op families, each in its own header (they include this one for tessel_tensor_t). */
+#include "tessel/tessel_attention.h"
+#include "tessel/tessel_decode_attention.h"
 #include "tessel/tessel_gemm.h"
 #include "tessel/tessel_llm_ops.h"
 #include "tessel/tessel_loss_optim.h"

@@ -1,0 +1,411 @@
+// Hopper attention forward (FlashAttention-style), TMA + WGMMA, warp-specialized.
+//
+// One CTA per (128-row query block, q head, sequence); 1 producer + 2 consumer warpgroups:
+//   producer : one elected thread TMA-loads the (128 x D) Q tile once (own mbarrier), then
+//              walks the visible key tiles right to left, loading each (BN x D) K tile and
+//              V tile into one stage of a Stages-deep ring (tile/sm90/pipeline.cuh).
+//   consumers: warpgroup w owns query rows 64w .. 64w+63. Per key tile:
+//                S = Q K^T           WGMMA, both operands in shared memory (SS)
+//                softcap, mask       only on tiles that straddle a boundary (the causal /
+//                                    window diagonal, the end of the keys)
+//                online softmax      row max over the quad, exp2 with the scale folded into
+//                                    one FFMA, running sums per thread (reduced at the end)
+//                O += P V            P converted to T in registers; WGMMA with A from
+//                                    registers (RS), V read MN-major from shared memory
+//              then O / l (sinks joined in log2 space), written straight from registers.
+// The two consumer warpgroups run independently on the same stages, so one's softmax
+// overlaps the other's WGMMAs (no explicit ping-pong schedule yet: docs/attention.md).
+// Varlen: each CTA finds its sequence by a scan of cu_seqlens_q; the TMA views are shifted
+// by the sequence's first row (domain_offset); rows past the end belong to the next
+// sequence or are zero-filled by TMA and are masked (keys) or not stored (queries).
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+
+#include <climits>
+#include <cute/tensor.hpp>
+
+#include "ops/attention/attention_fwd.cuh"
+#include "tile/sm90/pipeline.cuh"
+#include "tile/sm90/tma.cuh"
+#include "tile/sm90/warpgroup.cuh"
+#include "tile/sm90/wgmma.cuh"
+
+namespace tessel::attention_detail {
+
+using namespace tessel::tile::sm90;
+
+template <class T_, int D_>
+struct FwdConfig {
+  using T = T_;
+  static constexpr int D = D_;
+  static constexpr int BM = 128;  // 2 consumer warpgroups x 64 rows
+  static constexpr int BN = D == 256 ? 64 : 128;
+  static constexpr int Stages = D == 64 ? 4 : 2;
+  static constexpr int Consumers = 2;
+  static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
+  using SmemQ = SmemLayout<T, Major::K, BM, D, 1>;        // (BM, D, 1)
+  using SmemK = SmemLayout<T, Major::K, BN, D, Stages>;   // (BN, D, Stages)
+  using SmemV = SmemLayout<T, Major::MN, D, BN, Stages>;  // (D, BN, Stages): V^T, N = D
+  using MmaQK = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<BN>, cute::Int<D>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::rs_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<D>, cute::Int<BN>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
+  using Pipeline = TmaPipeline<Stages>;
+  struct Smem {
+    alignas(1024) T q[cute::cosize_v<SmemQ>];
+    alignas(1024) T k[cute::cosize_v<SmemK>];
+    alignas(1024) T v[cute::cosize_v<SmemV>];
+    alignas(16) typename Pipeline::SharedStorage pipe;
+    alignas(8) uint64_t q_full;
+  };
+  static constexpr uint32_t kQBytes = stage_bytes<T, SmemQ>;
+  static constexpr uint32_t kKVBytes = stage_bytes<T, SmemK> + stage_bytes<T, SmemV>;
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
+  static_assert(kSmemBytes <= 232448, "shared memory per block");
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The query block this CTA computes: sequence b, block m, its first q / key rows and lengths.
+struct Block {
+  int b = 0, m = 0;
+  int64_t q_row0 = 0, k_row0 = 0;
+  int sq = 0, skv = 0;
+};
+
+template <int BM>
+__device__ __forceinline__ bool find_block(const FwdArgs& a, Block& blk) {
+  if (a.cu_q == nullptr) {
+    blk.b = blockIdx.z;
+    blk.m = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest (causal) blocks first
+    blk.sq = a.sq;
+    blk.skv = a.skv;
+    return true;
+  }
+  int id = static_cast<int>(blockIdx.x);
+  for (int b = 0; b < a.batches; ++b) {
+    const int q0 = a.cu_q[b], q1 = a.cu_q[b + 1];
+    const int nb = (q1 - q0 + BM - 1) / BM;
+    if (id < nb) {
+      blk.b = b;
+      blk.m = id;
+      blk.q_row0 = q0;
+      blk.k_row0 = a.cu_k[b];
+      blk.sq = q1 - q0;
+      blk.skv = a.cu_k[b + 1] - a.cu_k[b];
+      return true;
+    }
+    id -= nb;
+  }
+  return false;
+}
+
+// Key tiles [lo, hi) that hold a visible key for some row of query block m.
+template <int BM, int BN>
+__device__ __forceinline__ void key_tile_range(const FwdArgs& a, const Block& blk, int& lo,
+                                               int& hi) {
+  const int offset = blk.skv - blk.sq;
+  int end = blk.skv;  // one past the last visible key
+  if (a.window_right >= 0) end = min(end, (blk.m + 1) * BM - 1 + offset + a.window_right + 1);
+  int begin = 0;
+  if (a.window_left >= 0) begin = max(0, blk.m * BM + offset - a.window_left);
+  hi = end > 0 ? (end + BN - 1) / BN : 0;
+  lo = min(begin / BN, hi);
+}
+
+template <class Cfg, class TmaQ, class TmaK, class TmaV>
+__global__ void __launch_bounds__(Cfg::Threads, 1)
+    attention_fwd_kernel(const __grid_constant__ TmaQ tma_q, const __grid_constant__ TmaK tma_k,
+                         const __grid_constant__ TmaV tma_v, const __grid_constant__ FwdArgs a) {
+  using namespace cute;
+  using T = typename Cfg::T;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, D = Cfg::D, Stages = Cfg::Stages;
+
+  Block blk;
+  if (!find_block<BM>(a, blk)) return;  // varlen grids have spare CTAs
+  const int h = blockIdx.y, hk = h / (a.hq / a.hkv);
+  int n_lo, n_hi;
+  key_tile_range<BM, BN>(a, blk, n_lo, n_hi);
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 0 : blk.b;  // batch coordinate of the TMA views
+
+  extern __shared__ char smem_raw[];
+  const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
+  auto& smem = *reinterpret_cast<typename Cfg::Smem*>(smem_raw + ((1024 - base % 1024) % 1024));
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Cfg::SmemV{});
+
+  const int wg = warpgroup_index();
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kKVBytes,
+                                           Cfg::Consumers * kWarpgroupThreads);
+  cluster_sync<1>();
+
+  if (wg == 0) {  // ---- producer ----
+    producer_registers();
+    if (warp_in_warpgroup() == 0 && elect_one() && n_hi > n_lo) {
+      Tensor mQ =
+          domain_offset(make_coord(static_cast<int>(blk.q_row0), 0, 0, 0),
+                        tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, varlen ? 1 : a.batches)));
+      Tensor mK =
+          domain_offset(make_coord(static_cast<int>(blk.k_row0), 0, 0, 0),
+                        tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, varlen ? 1 : a.batches)));
+      Tensor mV =
+          domain_offset(make_coord(0, static_cast<int>(blk.k_row0), 0, 0),
+                        tma_v.get_tma_tensor(make_shape(D, a.skv, a.hkv, varlen ? 1 : a.batches)));
+      Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<BM>, Int<D>>{}, make_coord(blk.m, 0));
+      Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<BN>, Int<D>>{}, make_coord(_, 0));
+      Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<D>, Int<BN>>{}, make_coord(0, _));
+      auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Cfg::kQBytes);
+      copy(tma_q.with(smem.q_full), tQg, tQs(_, 0));
+      auto st = producer_start<Stages>();
+      for (int n = n_hi - 1; n >= n_lo; --n) {
+        pipe.producer_acquire(st);
+        auto* bar = pipe.producer_get_barrier(st);
+        copy(tma_k.with(*bar), tKg(_, n), tKs(_, st.index()));
+        copy(tma_v.with(*bar), tVg(_, n), tVs(_, st.index()));
+        ++st;
+      }
+      pipe.producer_tail(st);
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  consumer_registers();
+  const int ctid = consumer_thread();
+  const int wgc = wg - 1;
+  const int lane = threadIdx.x % 32, warp = warp_in_warpgroup();
+  typename Cfg::MmaQK mma_qk;
+  typename Cfg::MmaPV mma_pv;
+  auto thr_qk = mma_qk.get_slice(ctid);
+  auto thr_pv = mma_pv.get_slice(ctid);
+  Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ));           // (MMA, 1, D/16, 1)
+  Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));           // (MMA, 1, D/16, Stages)
+  Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sV));           // (MMA, 1, BN/16, Stages)
+  Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<BM>, Int<BN>>{});  // ((2,2,BN/8),1,1)
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<BM>, Int<D>>{});   // ((2,2,D/8),1,1)
+  // P as the A operand of the RS WGMMA: the accumulator's (col pair, row half, 8-col group)
+  // regrouped as ((col pair, row half, 8-col half of a 16-wide k block), 1, k block).
+  Tensor tOrP = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<BN / 16>>>{});
+  static_assert(size(tSrS) == BN / 2 && size(tOrO) == D / 2, "64xN fp32 accumulator fragments");
+  auto S = [&](int i0, int i1, int g) -> float& {
+    return tSrS(make_coord(make_coord(i0, i1, g), 0, 0));
+  };
+  auto O = [&](int i0, int i1, int g) -> float& {
+    return tOrO(make_coord(make_coord(i0, i1, g), 0, 0));
+  };
+
+  // Logits in "s units": raw q.k (no softcap: t = s * mult is the log2-domain logit) or
+  // the soft-capped logit itself (mult = log2 e).
+  const bool capped = a.softcap > 0.f;
+  const float mult = capped ? kLog2e : a.scale * kLog2e;
+  const float cap_in = capped ? a.scale / a.softcap : 0.f;
+  const int offset = blk.skv - blk.sq;
+  const int row_base = blk.m * BM + wgc * 64 + warp * 16 + lane / 4;  // + 8 * i1
+  const int col_lane = 2 * (lane % 4);                                // + 8 * g + i0
+
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  CUTE_UNROLL
+  for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.f;
+
+  if (n_hi > n_lo) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
+    PipeState<Stages> st;
+    mma_pv.accumulate_ = GMMA::ScaleOut::One;
+    for (int n = n_hi - 1; n >= n_lo; --n) {
+      pipe.consumer_wait(st);
+      const int stage = st.index();
+      mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+        cute::gemm(mma_qk, tSrQ(_, _, kb, 0), tSrK(_, _, kb, stage), tSrS);
+        mma_qk.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+
+      if (capped) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = a.softcap * tanhf(tSrS(i) * cap_in);
+      }
+      const int col0 = n * BN;
+      const int row_lo = blk.m * BM, row_hi = blk.m * BM + BM - 1;
+      const bool need_mask =
+          col0 + BN > blk.skv ||
+          (a.window_right >= 0 && col0 + BN - 1 > row_lo + offset + a.window_right) ||
+          (a.window_left >= 0 && col0 < row_hi + offset - a.window_left);
+      if (need_mask) {
+        CUTE_UNROLL
+        for (int i1 = 0; i1 < 2; ++i1) {
+          const int row = row_base + 8 * i1;
+          int c_end = blk.skv;  // visible cols [c_begin, c_end)
+          if (a.window_right >= 0) c_end = min(c_end, row + offset + a.window_right + 1);
+          const int c_begin = a.window_left >= 0 ? row + offset - a.window_left : INT_MIN;
+          CUTE_UNROLL
+          for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+          for (int i0 = 0; i0 < 2; ++i0) {
+            const int col = col0 + 8 * g + col_lane + i0;
+            if (col >= c_end || col < c_begin) S(i0, i1, g) = -INFINITY;
+          }
+        }
+      }
+
+      CUTE_UNROLL
+      for (int i1 = 0; i1 < 2; ++i1) {
+        float mx = m_run[i1];
+        CUTE_UNROLL
+        for (int g = 0; g < BN / 8; ++g) mx = fmaxf(mx, fmaxf(S(0, i1, g), S(1, i1, g)));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float alpha = mx == -INFINITY ? 1.f : exp2f((m_run[i1] - mx) * mult);
+        const float m_scaled = mx == -INFINITY ? 0.f : mx * mult;
+        float sum = 0.f;
+        CUTE_UNROLL
+        for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+        for (int i0 = 0; i0 < 2; ++i0) {
+          const float p = exp2f(fmaf(S(i0, i1, g), mult, -m_scaled));
+          S(i0, i1, g) = p;
+          sum += p;
+        }
+        l_run[i1] = l_run[i1] * alpha + sum;
+        m_run[i1] = mx;
+        CUTE_UNROLL
+        for (int g = 0; g < D / 8; ++g) {
+          O(0, i1, g) *= alpha;
+          O(1, i1, g) *= alpha;
+        }
+      }
+      CUTE_UNROLL
+      for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+      for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+      for (int i0 = 0; i0 < 2; ++i0)
+        tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<T>(S(i0, i1, g));
+
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < BN / 16; ++kb)
+        cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      pipe.consumer_release(st);
+      ++st;
+    }
+  }
+
+  // ---- epilogue: normalize, join the sink, store O and lse ----
+  const float sink_t = a.sinks != nullptr ? a.sinks[h] * kLog2e : -INFINITY;
+  T* out = static_cast<T*>(a.out) + blk.b * a.o_sb + h * a.o_sh;
+  CUTE_UNROLL
+  for (int i1 = 0; i1 < 2; ++i1) {
+    float l = l_run[i1];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float m_t = m_run[i1] == -INFINITY ? -INFINITY : m_run[i1] * mult;
+    const float m_fin = fmaxf(m_t, sink_t);
+    float o_scale = 0.f, lse = -INFINITY;
+    if (m_fin != -INFINITY) {
+      const float keep = exp2f(m_t - m_fin);
+      l = l * keep + exp2f(sink_t - m_fin);
+      o_scale = keep / l;
+      lse = (m_fin + log2f(l)) * kLn2;
+    }
+    const int row = row_base + 8 * i1;
+    if (row >= blk.sq) continue;
+    T* orow = out + (blk.q_row0 + row) * a.o_ss;
+    CUTE_UNROLL
+    for (int g = 0; g < D / 8; ++g) {
+      const T lo = static_cast<T>(O(0, i1, g) * o_scale),
+              hi = static_cast<T>(O(1, i1, g) * o_scale);
+      const uint32_t packed = uint32_t{reinterpret_cast<const uint16_t&>(lo)} |
+                              (uint32_t{reinterpret_cast<const uint16_t&>(hi)} << 16);
+      *reinterpret_cast<uint32_t*>(orow + 8 * g + col_lane) = packed;
+    }
+    if (a.lse != nullptr && lane % 4 == 0)
+      a.lse[blk.b * a.lse_sb + h * a.lse_sh + blk.q_row0 + row] = lse;
+  }
+}
+
+// Host: a TMA view (rows, D, heads, batches) of q/k (K-major) or (D, rows, heads, batches) of
+// v (MN-major for the PV WGMMA). Strides of size-1 modes are replaced by a valid one.
+template <class T, bool Transposed>
+auto gmem_rows(const void* p, int rows, int d, int heads, int batches, int64_t s_row,
+               int64_t s_head, int64_t s_batch) {
+  using namespace cute;
+  const int64_t fallback = d;
+  const int64_t sr = rows > 1 ? s_row : fallback, sh = heads > 1 ? s_head : fallback,
+                sb = batches > 1 ? s_batch : fallback;
+  const T* t = static_cast<const T*>(p);
+  if constexpr (!Transposed)
+    return make_tensor(make_gmem_ptr(t), make_shape(rows, d, heads, batches),
+                       make_stride(sr, Int<1>{}, sh, sb));
+  else
+    return make_tensor(make_gmem_ptr(t), make_shape(d, rows, heads, batches),
+                       make_stride(Int<1>{}, sr, sh, sb));
+}
+
+template <class T, int D>
+void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
+  using Cfg = FwdConfig<T, D>;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 1 : a.batches;
+  auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
+                                typename Cfg::SmemQ{});
+  auto tma_k = make_tma_load<1>(
+      gmem_rows<T, false>(a.k, a.skv, D, a.hkv, bt, a.k_ss, a.k_sh, a.k_sb), typename Cfg::SmemK{});
+  // V^T view (D, rows): the leading mode is the contiguous one.
+  using namespace cute;
+  auto gv = gmem_rows<T, true>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb);
+  auto tma_v = make_tma_load<1>(gv, typename Cfg::SmemV{});
+  auto kernel = attention_fwd_kernel<Cfg, decltype(tma_q), decltype(tma_k), decltype(tma_v)>;
+  static bool configured = false;  // per instantiation: the attribute outlives the call
+  if (!configured) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(Cfg::kSmemBytes));
+    if (err != cudaSuccess) return;  // the launch below reports it
+    configured = true;
+  }
+  dim3 grid;
+  if (varlen)
+    grid = dim3(static_cast<unsigned>((a.sq + Cfg::BM - 1) / Cfg::BM + a.batches), a.hq, 1);
+  else
+    grid = dim3(static_cast<unsigned>((a.sq + Cfg::BM - 1) / Cfg::BM), a.hq, a.batches);
+  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_k, tma_v, a);
+}
+
+template <class T>
+void launch_typed(const FwdArgs& a, cudaStream_t stream) {
+  switch (a.d) {
+    case 64: launch_fwd<T, 64>(a, stream); break;
+    case 128: launch_fwd<T, 128>(a, stream); break;
+    default: launch_fwd<T, 256>(a, stream); break;
+  }
+}
+
+}  // namespace tessel::attention_detail

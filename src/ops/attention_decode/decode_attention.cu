@@ -1,0 +1,173 @@
+// GQA decode attention over a contiguous or paged KV cache (see decode_kernel.cuh for the
+// kernel, include/tessel/decode_attention.hpp for the contract). Bytes: the K and V rows of
+// every cached token of every KV head are read once per query-row block (one block for
+// Sq·Hq/Hkv <= 32 rows at D <= 128, <= 16 at D = 256).
+#include <cmath>
+#include <string>
+
+#include "ops/attention_decode/decode_launch.cuh"
+
+namespace tessel {
+namespace {
+
+using decode::Cfg;
+using decode::KernelArgs;
+
+// 4 warps; 64-token tiles (32 at D = 256), 3-4 stages: 68-110 KB of shared memory, 2-3 CTAs/SM.
+template <class T, int D, int MT, bool PAGED>
+using GqaCfg = Cfg<T, D, D, D, false, MT, 4, D == 256 ? 32 : 64, D == 64 ? 4 : 3, PAGED>;
+
+template <class T, int D>
+void dispatch_mt(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) {
+  const bool two = a.rows_total > 16 && D <= 128;
+  if (paged) {
+    if (two)
+      decode::launch_decode<GqaCfg<T, D, D <= 128 ? 2 : 1, true>>(a, splits, stream,
+                                                                  "decode_attention");
+    else
+      decode::launch_decode<GqaCfg<T, D, 1, true>>(a, splits, stream, "decode_attention");
+  } else {
+    if (two)
+      decode::launch_decode<GqaCfg<T, D, D <= 128 ? 2 : 1, false>>(a, splits, stream,
+                                                                   "decode_attention");
+    else
+      decode::launch_decode<GqaCfg<T, D, 1, false>>(a, splits, stream, "decode_attention");
+  }
+}
+
+}  // namespace
+
+void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& seqlens, Tensor& out, Tensor* lse, const DecodeParams& p,
+                      cudaStream_t stream) {
+  detail::OpCheck chk("decode_attention");
+  if (!(p.scale >= 0.0) || !std::isfinite(p.scale))
+    chk.fail("params.scale", "a finite scale >= 0 (0: 1/sqrt(D))", std::to_string(p.scale));
+  if (!(p.softcap >= 0.0) || !std::isfinite(p.softcap))
+    chk.fail("params.softcap", "a finite softcap >= 0 (0: off)", std::to_string(p.softcap));
+  if (p.num_splits < 0 || p.num_splits > 256)
+    chk.fail("params.num_splits", "0 (heuristic) .. 256", std::to_string(p.num_splits));
+  chk.dtype_in("q", q, {DType::f16, DType::bf16});
+  chk.dtype_in("k_cache", k_cache, {DType::f16, DType::bf16});
+  chk.dtype_in("v_cache", v_cache, {DType::f16, DType::bf16});
+  chk.dtype_in("out", out, {DType::f16, DType::bf16});
+  chk.same_dtype("k_cache", k_cache, "q", q);
+  chk.same_dtype("v_cache", v_cache, "q", q);
+  chk.same_dtype("out", out, "q", q);
+  chk.rank_in("q", q, 4, 4);
+  chk.rank_in("k_cache", k_cache, 4, 4);
+  chk.rank_in("v_cache", v_cache, 4, 4);
+  chk.rank_in("out", out, 4, 4);
+  const int64_t B = q.shape[0], Sq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
+  chk.same_shape("out", out, "q", q);
+  const bool paged = p.block_table != nullptr;
+  const int64_t Hkv = k_cache.shape[2];
+  if (!paged && k_cache.shape[0] != B)
+    chk.fail("k_cache",
+             "shape (B = " + std::to_string(B) +
+                 ", Smax, Hkv, D) (contiguous cache; "
+                 "set params.block_table for a paged one)",
+             "shape " + decode::dims(k_cache));
+  if (k_cache.shape[3] != D)
+    chk.fail("k_cache", "head dim " + std::to_string(D) + " (q's)",
+             "shape " + decode::dims(k_cache));
+  chk.same_shape("v_cache", v_cache, "k_cache", k_cache);
+  if (Hkv < 1 || Hq % Hkv != 0)
+    chk.fail("k_cache", "a KV head count that divides q's " + std::to_string(Hq) + " heads",
+             std::to_string(Hkv) + " KV heads (shape " + decode::dims(k_cache) + ")");
+  if (D != 64 && D != 128 && D != 256)
+    chk.fail("q", "head dim 64, 128 or 256", "head dim " + std::to_string(D));
+  decode::check_seqlens_table(chk, B, seqlens, p.block_table);
+  decode::check_lse(chk, lse, B, Sq, Hq);
+  decode::check_vector_layout(chk, "q", q);
+  decode::check_vector_layout(chk, "k_cache", k_cache);
+  decode::check_vector_layout(chk, "v_cache", v_cache);
+  decode::check_vector_layout(chk, "out", out);
+  decode::CacheGeometry g;
+  g.paged = paged;
+  if (paged) {
+    g.num_pages = k_cache.shape[0];
+    g.page_size = k_cache.shape[1];
+    g.max_pages = p.block_table->shape[1];
+    g.capacity = g.max_pages * g.page_size;
+    if (g.page_size < 1)
+      chk.fail("k_cache", "page_size >= 1 (shape (num_pages, page_size, Hkv, D))",
+               "shape " + decode::dims(k_cache));
+  } else {
+    g.capacity = k_cache.shape[1];
+  }
+  if (B > 65535 || Hkv > 65535)
+    chk.fail("q", "batch and KV heads <= 65535",
+             "shape " + decode::dims(q) + ", " + std::to_string(Hkv) + " KV heads");
+  if (g.capacity > (int64_t{1} << 30) || g.num_pages > (int64_t{1} << 31) - 1 ||
+      Sq * Hq > (int64_t{1} << 24))
+    chk.fail("k_cache", "fewer than 2^30 tokens per sequence and 2^31 pages",
+             "shape " + decode::dims(k_cache));
+  if (B == 0 || Sq == 0 || Hq == 0) return;
+  if (g.capacity < Sq)
+    chk.fail("k_cache", "room for at least Sq = " + std::to_string(Sq) + " tokens per sequence",
+             std::to_string(g.capacity));
+  chk.device_pointer("q", q);
+  chk.device_pointer("k_cache", k_cache);
+  chk.device_pointer("v_cache", v_cache);
+  chk.device_pointer("out", out);
+  chk.device_pointer("seqlens", seqlens);
+  if (paged) chk.device_pointer("block_table", *p.block_table);
+  if (lse) chk.device_pointer("lse", *lse);
+  if (p.check_inputs) decode::check_inputs_now(chk, seqlens, p.block_table, g, B, Sq, stream);
+
+  KernelArgs a{};
+  a.q0 = q.data;
+  a.q1 = q.data;
+  a.q0_sb = a.q1_sb = q.strides[0];
+  a.q0_ss = a.q1_ss = q.strides[1];
+  a.q0_sh = a.q1_sh = q.strides[2];
+  a.k = k_cache.data;
+  a.v = v_cache.data;
+  a.k_sb = k_cache.strides[0];
+  a.k_st = k_cache.strides[1];
+  a.k_sh = k_cache.strides[2];
+  a.v_sb = v_cache.strides[0];
+  a.v_st = v_cache.strides[1];
+  a.v_sh = v_cache.strides[2];
+  if (paged) {
+    a.block_table = static_cast<const int32_t*>(p.block_table->data);
+    a.bt_stride = p.block_table->strides[0];
+    a.page_size = static_cast<int>(g.page_size);
+    a.num_pages = static_cast<int>(g.num_pages);
+  }
+  a.seqlens = static_cast<const int32_t*>(seqlens.data);
+  a.capacity = g.capacity;
+  a.out = out.data;
+  a.o_sb = out.strides[0];
+  a.o_ss = out.strides[1];
+  a.o_sh = out.strides[2];
+  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  a.batch = static_cast<int>(B);
+  a.sq = static_cast<int>(Sq);
+  a.hq = static_cast<int>(Hq);
+  a.hkv = static_cast<int>(Hkv);
+  a.group = static_cast<int>(Hq / Hkv);
+  a.rows_total = static_cast<int>(Sq * (Hq / Hkv));
+  const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  constexpr double kLog2e = 1.4426950408889634;
+  a.scale_log2 = static_cast<float>(scale * kLog2e);
+  if (p.softcap > 0.0) {
+    a.scale_over_cap = static_cast<float>(scale / p.softcap);
+    a.cap_log2 = static_cast<float>(p.softcap * kLog2e);
+  }
+  auto by_dtype = [&](auto tag) {
+    using T = decltype(tag);
+    switch (D) {
+      case 64: dispatch_mt<T, 64>(a, p.num_splits, paged, stream); break;
+      case 128: dispatch_mt<T, 128>(a, p.num_splits, paged, stream); break;
+      default: dispatch_mt<T, 256>(a, p.num_splits, paged, stream); break;
+    }
+  };
+  if (q.dtype == DType::bf16)
+    by_dtype(__nv_bfloat16{});
+  else
+    by_dtype(__half{});
+}
+
+}  // namespace tessel

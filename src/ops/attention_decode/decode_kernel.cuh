@@ -1,0 +1,541 @@
+// Decode attention kernel shared by GQA decode (decode_attention.cu) and MLA decode
+// (mla_decode.cu), plus the split-KV combine kernel and the input range check.
+//
+// One CTA = (batch b, KV head, block of ROWS = 16·MT query rows, KV split). The query rows of a
+// CTA are all (new token s, query head g) pairs of one KV group, row = s·group + g, so the
+// group's query heads share every K/V byte the CTA streams (GQA; MLA is one group of H heads).
+// KV tiles of TILE tokens stream through a STAGES-deep cp.async (16-byte, zero-filling) ring in
+// shared memory; the paged form looks each token's page up one iteration ahead into a small
+// shared table (page_of), so the copy loop does no division or dependent global load. Per tile
+// (three barriers):
+//   S phase   warps take (m-tile, 16-token slab) units: S = Q·Kᵀ with mma.sync m16n8k16
+//             (Q and K fragments by ldmatrix from XOR-swizzled tiles), scale / soft-cap /
+//             causal + length mask, per-slab row maxima to shared memory;
+//   softmax   every thread forms the new running max of its rows from the slab maxima
+//             (identical in all warps), P = exp2(S − m) goes to shared memory as f16/bf16,
+//             running sums stay per unit in registers;
+//   PV phase  warps own DV/NW output columns: O = O·α + P·V (V fragments by ldmatrix.trans;
+//             MLA reads V as the first 512 columns of the same latent tile).
+// Splits write fp32 partial O (normalized) and log2-sum-exp; combine_kernel merges them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/rows.cuh"
+
+namespace tessel::decode {
+
+struct KernelArgs {
+  const void* q0;  // dims [0, DQ0)
+  const void* q1;  // dims [DQ0, DQK) (MLA q_rope), else unused
+  int64_t q0_sb, q0_ss, q0_sh, q1_sb, q1_ss, q1_sh;
+  const void* k;
+  const void* v;
+  // contiguous: (batch, token, head) strides; paged: (page, token-in-page, head) strides
+  int64_t k_sb, k_st, k_sh, v_sb, v_st, v_sh;
+  const int32_t* block_table;  // null: contiguous
+  int64_t bt_stride;
+  int page_size, num_pages;
+  const int32_t* seqlens;
+  int64_t capacity;  // tokens a sequence may hold
+  void* out;
+  int64_t o_sb, o_ss, o_sh;
+  float* lse;     // (B, Sq, Hq) or null (written only without splits)
+  float* part_o;  // (splits, B·Sq·Hq, DV) or null: no splits
+  float* part_lse;
+  int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
+  float scale_log2;      // scale·log2(e) (no softcap)
+  float scale_over_cap;  // scale / softcap
+  float cap_log2;        // softcap·log2(e); 0: no softcap
+};
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float x, float y) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    memcpy(&r, &h, 4);
+  } else {
+    __half2 h = __floats2half2_rn(x, y);
+    memcpy(&r, &h, 4);
+  }
+  return r;
+}
+
+// 16-byte chunk index of (row, chunk) in a tile of CPR chunks per row: XOR swizzle so that the
+// 8 rows one ldmatrix phase reads at the same logical chunk hit 8 different bank groups.
+template <int CPR>
+__device__ __forceinline__ int swz(int row, int c) {
+  if constexpr (CPR % 8 == 0) {
+    return row * CPR + (c ^ (row & 7));
+  } else {
+    static_assert(CPR == 4, "rows of 4 or a multiple of 8 chunks");
+    const int l = row * CPR + c;
+    return l ^ ((l >> 3) & 7);
+  }
+}
+
+template <class T_, int DQK_, int DQ0_, int DV_, bool KV_SHARED_, int MT_, int NW_, int TILE_,
+          int STAGES_, bool PAGED_>
+struct Cfg {
+  using T = T_;
+  static constexpr int DQK = DQK_, DQ0 = DQ0_, DV = DV_, MT = MT_, NW = NW_, TILE = TILE_,
+                       STAGES = STAGES_;
+  static constexpr bool KV_SHARED = KV_SHARED_, PAGED = PAGED_;
+  static constexpr int ROWS = 16 * MT, THREADS = 32 * NW;
+  static constexpr int CPR_K = DQK / 8, CPR_V = DV / 8, CPR_P = TILE / 8;
+  static constexpr int SLABS = TILE / 16, UNITS = SLABS * MT, UPW = (UNITS + NW - 1) / NW;
+  static constexpr int COLS = DV / NW, NT_PV = COLS / 8;
+  static constexpr int STAGE_CHUNKS = TILE * (CPR_K + (KV_SHARED ? 0 : CPR_V));
+  static constexpr size_t SMEM = 16ull * (ROWS * CPR_K + STAGES * STAGE_CHUNKS + ROWS * CPR_P) +
+                                 4ull * SLABS * ROWS + (PAGED ? 8ull * STAGES * TILE : 0);
+  static_assert(!PAGED || TILE <= THREADS);
+  static_assert(DQK % 16 == 0 && DV % 16 == 0 && TILE % 16 == 0 && NT_PV % 2 == 0);
+  static_assert(!KV_SHARED || DV <= DQK);
+};
+
+// (page, slot in page) of token pos of sequence b; page -1 past the end of the range (the load
+// zero-fills) or for an out-of-range block-table entry (which also sets `bad`).
+__device__ __forceinline__ int2 page_of(const KernelArgs& a, int b, int pos, int end, bool& bad) {
+  int2 r = make_int2(-1, 0);
+  if (pos < end) {
+    const int j = pos / a.page_size;
+    const int pg = a.block_table[b * a.bt_stride + j];
+    if (pg < 0 || pg >= a.num_pages)
+      bad = true;
+    else
+      r = make_int2(pg, pos - j * a.page_size);
+  }
+  return r;
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
+  using T = typename C::T;
+  constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
+  constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
+  constexpr int UNITS = C::UNITS, UPW = C::UPW, NT_PV = C::NT_PV;
+  // V tiles of MLA are the latent tile itself (row pitch CPR_K).
+  constexpr int CPR_VS = C::KV_SHARED ? CPR_K : CPR_V;
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* s_q = smem;
+  uint4* s_kv = s_q + ROWS * CPR_K;
+  uint4* s_p = s_kv + STAGES * C::STAGE_CHUNKS;
+  float* s_red = reinterpret_cast<float*>(s_p + ROWS * CPR_P);
+  // Paged: (page, slot) of every token of the tiles in flight, resolved one iteration before
+  // the tile's loads are issued (the block-table latency hides behind a tile of compute).
+  int2* s_pg = reinterpret_cast<int2*>(s_red + SLABS * ROWS);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rb = blockIdx.x % a.row_blocks, split = blockIdx.x / a.row_blocks;
+  const int kvh = blockIdx.y, b = blockIdx.z;
+  const int len = a.seqlens[b];
+  bool bad = len < a.sq || static_cast<int64_t>(len) > a.capacity;
+  const int len_ok = bad ? 0 : len;
+  const int per_split = (len_ok + a.num_splits - 1) / a.num_splits;
+  const int chunk = (per_split + TILE - 1) / TILE * TILE;
+  const int begin = split * chunk;
+  const int end = min(begin + chunk, len_ok);
+  const int ntiles = end > begin ? (end - begin + TILE - 1) / TILE : 0;
+
+  // ---- Q rows of this CTA into shared memory (zero rows past rows_total) ----
+  for (int idx = tid; idx < ROWS * CPR_K; idx += C::THREADS) {
+    const int r = idx / CPR_K, c = idx - r * CPR_K;
+    const int grow = rb * ROWS + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (grow < a.rows_total) {
+      const int s = grow / a.group, hq = kvh * a.group + (grow - s * a.group);
+      const T* src;
+      if (c < C::DQ0 / 8)
+        src = static_cast<const T*>(a.q0) + b * a.q0_sb + s * a.q0_ss + hq * a.q0_sh + c * 8;
+      else
+        src = static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss + hq * a.q1_sh +
+              (c - C::DQ0 / 8) * 8;
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    }
+    s_q[swz<CPR_K>(r, c)] = v;
+  }
+
+  auto load_tile = [&](int stage, int t0) {
+    uint4* sk = s_kv + stage * C::STAGE_CHUNKS;
+    const int2* pg = s_pg + stage * TILE;
+    // Row start of token t of the tile in a cache (nullptr: zero-fill).
+    auto row_of = [&](const void* base, int64_t sb, int64_t st, int64_t sh, int t) -> const T* {
+      if constexpr (C::PAGED) {
+        const int2 e = pg[t];
+        if (e.x < 0) return nullptr;
+        return static_cast<const T*>(base) + e.x * sb + e.y * st + kvh * sh;
+      } else {
+        if (t0 + t >= end) return nullptr;
+        return static_cast<const T*>(base) + b * sb + static_cast<int64_t>(t0 + t) * st + kvh * sh;
+      }
+    };
+    for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
+      const int t = idx / CPR_K, c = idx - t * CPR_K;
+      const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
+      cp_async16(sk + swz<CPR_K>(t, c), row ? row + c * 8 : a.k, row != nullptr);
+    }
+    if constexpr (!C::KV_SHARED) {
+      uint4* sv = sk + TILE * CPR_K;
+      for (int idx = tid; idx < TILE * CPR_V; idx += C::THREADS) {
+        const int t = idx / CPR_V, c = idx - t * CPR_V;
+        const T* row = row_of(a.v, a.v_sb, a.v_st, a.v_sh, t);
+        cp_async16(sv + swz<CPR_V>(t, c), row ? row + c * 8 : a.v, row != nullptr);
+      }
+    }
+  };
+
+  // Causal limit (inclusive) of this thread's rows: row mt*16 + lane/4 + 8h.
+  int limit[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int grow = rb * ROWS + mt * 16 + (lane >> 2) + 8 * h;
+      limit[mt][h] = grow < a.rows_total ? len_ok - a.sq + grow / a.group : -1;
+    }
+
+  float m_run[MT][2], o[MT][NT_PV][4], l_part[UPW][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT_PV; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+  }
+#pragma unroll
+  for (int u = 0; u < UPW; ++u) l_part[u][0] = l_part[u][1] = 0.f;
+
+  if constexpr (C::PAGED) {  // pages of tiles 0 .. STAGES-1 (slot = tile % STAGES)
+    for (int idx = tid; idx < STAGES * TILE; idx += C::THREADS)
+      s_pg[idx] = page_of(a, b, begin + idx, end, bad);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < ntiles) load_tile(st, begin + st * TILE);
+    cp_async_commit();
+  }
+
+  const int lrow = lane & 7, lmat = lane >> 3;
+  for (int it = 0; it < ntiles; ++it) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile `it` visible; tile it-1 fully consumed
+    {
+      const int nx = it + STAGES - 1;
+      if (nx < ntiles) load_tile(nx % STAGES, begin + nx * TILE);
+      cp_async_commit();
+    }
+    // Pages of tile it + STAGES: looked up now, stored after this tile's compute into the slot
+    // of tile `it` (its loads were issued long ago).
+    int2 next_pg = make_int2(-1, 0);
+    if (C::PAGED && tid < TILE)
+      next_pg = page_of(a, b, begin + (it + STAGES) * TILE + tid, end, bad);
+    const uint4* s_k = s_kv + (it % STAGES) * C::STAGE_CHUNKS;
+    const uint4* s_v = C::KV_SHARED ? s_k : s_k + TILE * CPR_K;
+    const int t0 = begin + it * TILE;
+
+    // ---- S phase ----
+    float sacc[UPW][2][4];
+#pragma unroll
+    for (int u = 0; u < UPW; ++u) {
+      const int unit = warp + u * NW;
+      if (UNITS % NW != 0 && unit >= UNITS) continue;
+      const int slab = unit % SLABS, mt = unit / SLABS;
+      int lim[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int l0 = limit[0][h];
+#pragma unroll
+        for (int j = 1; j < MT; ++j)
+          if (j == mt) l0 = limit[j][h];
+        lim[h] = l0;
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+        sacc[u][n][0] = sacc[u][n][1] = sacc[u][n][2] = sacc[u][n][3] = 0.f;
+#pragma unroll 4
+      for (int kk = 0; kk < C::DQK / 16; ++kk) {
+        uint32_t kb[4], qa[4];
+        ldsm_x4(kb, s_k + swz<CPR_K>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
+        ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
+        mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
+        mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
+      }
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int pos = t0 + slab * 16 + n * 8 + 2 * (lane & 3) + (e & 1);
+          float x = sacc[u][n][e];
+          x = a.cap_log2 > 0.f ? a.cap_log2 * tanhf(x * a.scale_over_cap) : x * a.scale_log2;
+          if (pos > lim[h] || pos >= end) x = -INFINITY;
+          sacc[u][n][e] = x;
+          mx[h] = fmaxf(mx[h], x);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        if ((lane & 3) == 0) s_red[slab * ROWS + mt * 16 + (lane >> 2) + 8 * h] = mx[h];
+      }
+    }
+    __syncthreads();  // slab maxima visible
+
+    // ---- running max, P, rescale ----
+    float alpha[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = mt * 16 + (lane >> 2) + 8 * h;
+        float tm = -INFINITY;
+#pragma unroll
+        for (int sl = 0; sl < SLABS; ++sl) tm = fmaxf(tm, s_red[sl * ROWS + row]);
+        const float mn = fmaxf(m_run[mt][h], tm);
+        alpha[mt][h] = mn == -INFINITY ? 1.f : exp2f(m_run[mt][h] - mn);
+        m_run[mt][h] = mn;
+      }
+#pragma unroll
+    for (int u = 0; u < UPW; ++u) {
+      const int unit = warp + u * NW;
+      if (UNITS % NW != 0 && unit >= UNITS) continue;
+      const int slab = unit % SLABS, mt = unit / SLABS;
+      float mrow[2], arow[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mrow[h] = m_run[0][h];
+        arow[h] = alpha[0][h];
+#pragma unroll
+        for (int j = 1; j < MT; ++j)
+          if (j == mt) {
+            mrow[h] = m_run[j][h];
+            arow[h] = alpha[j][h];
+          }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m = mrow[h] == -INFINITY ? 0.f : mrow[h];
+        const int row = mt * 16 + (lane >> 2) + 8 * h;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float p0 = exp2f(sacc[u][n][2 * h] - m), p1 = exp2f(sacc[u][n][2 * h + 1] - m);
+          sum += p0 + p1;
+          const int tok = slab * 16 + n * 8 + 2 * (lane & 3);
+          uint32_t* dst =
+              reinterpret_cast<uint32_t*>(s_p + swz<CPR_P>(row, tok >> 3)) + ((tok & 7) >> 1);
+          *dst = pack2<T>(p0, p1);
+        }
+        l_part[u][h] = l_part[u][h] * arow[h] + sum;
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < NT_PV; ++n) {
+        o[mt][n][0] *= alpha[mt][0];
+        o[mt][n][1] *= alpha[mt][0];
+        o[mt][n][2] *= alpha[mt][1];
+        o[mt][n][3] *= alpha[mt][1];
+      }
+    __syncthreads();  // P visible
+
+    // ---- PV phase: this warp's DV/NW columns ----
+#pragma unroll
+    for (int j = 0; j < TILE / 16; ++j) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldsm_x4(pa[mt], s_p + swz<CPR_P>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * j + (lmat >> 1)));
+#pragma unroll
+      for (int np = 0; np < NT_PV / 2; ++np) {
+        uint32_t vb[4];
+        const int c0 = warp * (C::COLS / 8) + 2 * np;
+        ldsm_x4_t(vb, s_v + swz<CPR_VS>(16 * j + (lmat & 1) * 8 + lrow, c0 + (lmat >> 1)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);
+          mma16816<T>(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+    if (C::PAGED && tid < TILE) s_pg[(it % STAGES) * TILE + tid] = next_pg;
+  }
+  cp_async_wait<0>();
+
+  // ---- row sums across slabs ----
+#pragma unroll
+  for (int u = 0; u < UPW; ++u) {
+    const int unit = warp + u * NW;
+    if (UNITS % NW != 0 && unit >= UNITS) continue;
+    const int slab = unit % SLABS, mt = unit / SLABS;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_part[u][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if ((lane & 3) == 0) s_red[slab * ROWS + mt * 16 + (lane >> 2) + 8 * h] = l;
+    }
+  }
+  bad = __syncthreads_or(bad);
+
+  const int rows_global = a.batch * a.sq * a.hq;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = mt * 16 + (lane >> 2) + 8 * h;
+      const int grow = rb * ROWS + row;
+      if (grow >= a.rows_total) continue;
+      float l = 0.f;
+#pragma unroll
+      for (int sl = 0; sl < SLABS; ++sl) l += s_red[sl * ROWS + row];
+      const int s = grow / a.group, hq = kvh * a.group + (grow - s * a.group);
+      const int64_t row_id = (static_cast<int64_t>(b) * a.sq + s) * a.hq + hq;
+      const float inv = bad ? __int_as_float(0x7fffffff) : (l > 0.f ? 1.f / l : 0.f);
+      const float lse2 =
+          bad ? __int_as_float(0x7fffffff) : (l > 0.f ? m_run[mt][h] + log2f(l) : -INFINITY);
+      if (a.part_o == nullptr) {
+        T* dst = static_cast<T*>(a.out) + b * a.o_sb + s * a.o_ss + hq * a.o_sh;
+#pragma unroll
+        for (int n = 0; n < NT_PV; ++n) {
+          const int col = warp * C::COLS + n * 8 + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t*>(dst + col) =
+              pack2<T>(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+        }
+        if (a.lse != nullptr && warp == 0 && (lane & 3) == 0)
+          a.lse[row_id] = lse2 * 0.69314718055994531f;
+      } else {
+        const int64_t prow = static_cast<int64_t>(split) * rows_global + row_id;
+        float* dst = a.part_o + prow * C::DV;
+        if (!(lse2 == -INFINITY)) {
+#pragma unroll
+          for (int n = 0; n < NT_PV; ++n) {
+            const int col = warp * C::COLS + n * 8 + 2 * (lane & 3);
+            *reinterpret_cast<float2*>(dst + col) =
+                make_float2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+          }
+        }
+        if (warp == 0 && (lane & 3) == 0) a.part_lse[prow] = lse2;
+      }
+    }
+}
+
+// One warp per output row: merge the splits' (normalized O, log2-sum-exp) pairs.
+template <class T, int DV>
+__global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
+  constexpr int PER = DV / 32;
+  const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row_id >= rows_global) return;
+  float mx = -INFINITY;
+  bool nan = false;
+  for (int i = 0; i < a.num_splits; ++i) {
+    const float l = a.part_lse[i * rows_global + row_id];
+    nan |= isnan(l);
+    mx = fmaxf(mx, l);
+  }
+  float acc[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+  float wsum = 0.f;
+  for (int i = 0; i < a.num_splits && !nan; ++i) {
+    const float l = a.part_lse[i * rows_global + row_id];
+    if (l == -INFINITY) continue;
+    const float w = exp2f(l - mx);
+    wsum += w;
+    const float* src = a.part_o + (i * rows_global + row_id) * DV;
+#pragma unroll
+    for (int j = 0; j < PER; j += 2) {
+      const float2 v = *reinterpret_cast<const float2*>(src + 2 * lane + 32 * j);
+      acc[j] += w * v.x;
+      acc[j + 1] += w * v.y;
+    }
+  }
+  const float inv = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff) : 1.f / wsum;
+  const int hq = static_cast<int>(row_id % a.hq);
+  const int64_t bs = row_id / a.hq;
+  const int s = static_cast<int>(bs % a.sq), b = static_cast<int>(bs / a.sq);
+  T* dst = static_cast<T*>(a.out) + b * a.o_sb + s * a.o_ss + hq * a.o_sh;
+#pragma unroll
+  for (int j = 0; j < PER; j += 2)
+    *reinterpret_cast<uint32_t*>(dst + 2 * lane + 32 * j) =
+        pack2<T>(acc[j] * inv, acc[j + 1] * inv);
+  if (a.lse != nullptr && lane == 0)
+    a.lse[row_id] = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff)
+                                           : (mx + log2f(wsum)) * 0.69314718055994531f;
+}
+
+// Range check of seqlens (Sq <= len <= capacity) and of the block-table entries a sequence
+// uses. first_bad[0] = B - b of the first bad seqlen, first_bad[1] = B·max_pages - flat index
+// of the first bad entry (0: none); atomicMax keeps the first.
+template <class = void>
+__global__ void check_inputs_kernel(const int32_t* seqlens, const int32_t* block_table,
+                                    int64_t bt_stride, int batch, int max_pages, int page_size,
+                                    int num_pages, int sq, int64_t capacity,
+                                    unsigned long long* first_bad) {
+  const int b = blockIdx.x;
+  const int len = seqlens[b];
+  if (len < sq || static_cast<int64_t>(len) > capacity) {
+    if (threadIdx.x == 0) atomicMax(first_bad, static_cast<unsigned long long>(batch - b));
+    return;
+  }
+  if (block_table == nullptr) return;
+  const int used = (len + page_size - 1) / page_size;
+  for (int j = threadIdx.x; j < used; j += blockDim.x) {
+    const int pg = block_table[b * bt_stride + j];
+    if (pg < 0 || pg >= num_pages)
+      atomicMax(first_bad + 1,
+                static_cast<unsigned long long>(static_cast<int64_t>(batch) * max_pages -
+                                                (static_cast<int64_t>(b) * max_pages + j)));
+  }
+}
+
+}  // namespace tessel::decode

@@ -1,0 +1,202 @@
+// Host side shared by decode_attention.cu and mla_decode.cu: argument checks of the common
+// pieces (seqlens, block table, lse, strides), the split-KV heuristic, the partials scratch and
+// the launch of decode_kernel + combine_kernel.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "ops/attention_decode/decode_kernel.cuh"
+#include "runtime/check.hpp"
+#include "runtime/workspace.hpp"
+#include "tessel/decode_attention.hpp"
+
+namespace tessel::decode {
+
+// Split partials: a per-(device, stream) buffer that only grows (not zeroed: every element the
+// combine reads is written first by the same call).
+inline float* partials_scratch(cudaStream_t stream, size_t bytes) {
+  struct Slot {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Slot> slots;
+  int dev = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  Slot& s = slots[{dev, stream}];
+  if (s.bytes < bytes) {
+    if (s.ptr) {
+      TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TESSEL_CUDA_CHECK(cudaFree(s.ptr));
+      s = Slot{};
+    }
+    const size_t want = std::max<size_t>(bytes, size_t{1} << 20);
+    TESSEL_CUDA_CHECK(cudaMalloc(&s.ptr, want));
+    s.bytes = want;
+  }
+  return static_cast<float*>(s.ptr);
+}
+
+// Non-negative strides, unit last stride, other strides multiples of 8 elements and a 16-byte
+// aligned pointer (every kernel access is a 16-byte vector).
+inline void check_vector_layout(const detail::OpCheck& chk, const char* arg, const Tensor& t) {
+  if (t.numel() == 0) return;
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.strides[d] < 0)
+      chk.fail(arg, "non-negative strides", "a negative stride on axis " + std::to_string(d));
+  if (t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
+    chk.fail(arg, "unit stride on the last axis",
+             "last stride " + std::to_string(t.strides[t.ndim - 1]));
+  for (int d = 0; d < t.ndim - 1; ++d)
+    if (t.shape[d] > 1 && t.strides[d] % 8 != 0)
+      chk.fail(arg, "strides that are multiples of 8 elements (16-byte vectors)",
+               "stride " + std::to_string(t.strides[d]) + " on axis " + std::to_string(d));
+  if (!detail::aligned(t.data, 16))
+    chk.fail(arg, "a 16-byte aligned data pointer", "a misaligned pointer");
+}
+
+inline std::string dims(const Tensor& t) { return detail::dims_string(t); }
+
+struct CacheGeometry {
+  bool paged = false;
+  int64_t capacity = 0;  // tokens per sequence
+  int64_t page_size = 0, num_pages = 0, max_pages = 0;
+};
+
+// seqlens (B) i32 dense; block table (B, max_pages) i32, last axis contiguous.
+inline void check_seqlens_table(const detail::OpCheck& chk, int64_t batch, const Tensor& seqlens,
+                                const Tensor* block_table) {
+  chk.dtype_in("seqlens", seqlens, {DType::i32});
+  chk.rank_in("seqlens", seqlens, 1, 1);
+  if (seqlens.shape[0] != batch)
+    chk.fail("seqlens", "shape (" + std::to_string(batch) + ",) (one length per sequence)",
+             "shape " + dims(seqlens));
+  chk.contiguous("seqlens", seqlens);
+  if (block_table != nullptr) {
+    chk.dtype_in("block_table", *block_table, {DType::i32});
+    chk.rank_in("block_table", *block_table, 2, 2);
+    if (block_table->shape[0] != batch || block_table->shape[1] < 1)
+      chk.fail("block_table", "shape (" + std::to_string(batch) + ", max_pages >= 1)",
+               "shape " + dims(*block_table));
+    if (block_table->shape[1] > 1 && block_table->strides[1] != 1)
+      chk.fail("block_table", "unit stride on the last axis",
+               "stride " + std::to_string(block_table->strides[1]));
+    if (block_table->strides[0] < 0)
+      chk.fail("block_table", "non-negative strides",
+               "row stride " + std::to_string(block_table->strides[0]));
+  }
+}
+
+inline void check_lse(const detail::OpCheck& chk, const Tensor* lse, int64_t b, int64_t sq,
+                      int64_t h) {
+  if (lse == nullptr) return;
+  chk.dtype_in("lse", *lse, {DType::f32});
+  if (lse->ndim != 3 || lse->shape[0] != b || lse->shape[1] != sq || lse->shape[2] != h)
+    chk.fail(
+        "lse",
+        "shape (" + std::to_string(b) + ", " + std::to_string(sq) + ", " + std::to_string(h) + ")",
+        "shape " + dims(*lse));
+  chk.contiguous("lse", *lse);
+}
+
+// Synchronous range check (params.check_inputs): throws naming the first bad input.
+inline void check_inputs_now(const detail::OpCheck& chk, const Tensor& seqlens, const Tensor* bt,
+                             const CacheGeometry& g, int64_t batch, int64_t sq,
+                             cudaStream_t stream) {
+  auto* flag = static_cast<unsigned long long*>(detail::stream_workspace(stream, 16));
+  const int32_t* bp = bt ? static_cast<const int32_t*>(bt->data) : nullptr;
+  check_inputs_kernel<><<<static_cast<unsigned>(batch), 128, 0, stream>>>(
+      static_cast<const int32_t*>(seqlens.data), bp, bt ? bt->strides[0] : 0,
+      static_cast<int>(batch), static_cast<int>(g.max_pages),
+      static_cast<int>(std::max<int64_t>(g.page_size, 1)), static_cast<int>(g.num_pages),
+      static_cast<int>(sq), g.capacity, flag);
+  detail::check_launch(chk.op());
+  unsigned long long v[2] = {0, 0};
+  TESSEL_CUDA_CHECK(cudaMemcpyAsync(v, flag, sizeof v, cudaMemcpyDeviceToHost, stream));
+  TESSEL_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof v, stream));  // leave the workspace zeroed
+  TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (v[0] != 0) {
+    const int64_t b = batch - static_cast<int64_t>(v[0]);
+    int32_t len = 0;
+    TESSEL_CUDA_CHECK(
+        cudaMemcpy(&len, static_cast<const int32_t*>(seqlens.data) + b, 4, cudaMemcpyDeviceToHost));
+    chk.fail("seqlens",
+             "lengths in [Sq = " + std::to_string(sq) + ", " + std::to_string(g.capacity) +
+                 "] (the new tokens fit in the cache)",
+             "length " + std::to_string(len) + " for sequence " + std::to_string(b));
+  }
+  if (v[1] != 0) {
+    const int64_t flat = batch * g.max_pages - static_cast<int64_t>(v[1]);
+    const int64_t b = flat / g.max_pages, j = flat % g.max_pages;
+    int32_t pg = 0;
+    TESSEL_CUDA_CHECK(cudaMemcpy(&pg,
+                                 static_cast<const int32_t*>(bt->data) + b * bt->strides[0] + j, 4,
+                                 cudaMemcpyDeviceToHost));
+    chk.fail("block_table", "page ids in [0, " + std::to_string(g.num_pages) + ") (num_pages)",
+             "page " + std::to_string(pg) + " at block_table[" + std::to_string(b) + ", " +
+                 std::to_string(j) + "]");
+  }
+}
+
+// Wave-quantization heuristic: the fewest splits whose CTA count fills >= 90 % of its last wave
+// (waves of SMs × resident CTAs), each split keeping >= 256 tokens of the cache capacity.
+inline int choose_splits(int64_t base_ctas, int64_t capacity, int slots) {
+  const int64_t max_s = std::clamp<int64_t>(capacity / 256, 1, 64);
+  int best = 1;
+  double best_eff = 0.0;
+  for (int64_t s = 1; s <= max_s; ++s) {
+    const double waves = static_cast<double>(base_ctas * s) / slots;
+    const double eff = waves / std::ceil(waves);
+    if (eff >= 0.9) return static_cast<int>(s);
+    if (eff > best_eff + 1e-9) {
+      best_eff = eff;
+      best = static_cast<int>(s);
+    }
+  }
+  return best;
+}
+
+template <class C>
+void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, const char* op) {
+  static int ctas_per_sm = [] {
+    TESSEL_CUDA_CHECK(cudaFuncSetAttribute(
+        decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::SMEM)));
+    int n = 0;
+    TESSEL_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<C>, C::THREADS, C::SMEM));
+    return std::max(n, 1);
+  }();
+  a.row_blocks = (a.rows_total + C::ROWS - 1) / C::ROWS;
+  const int64_t base = static_cast<int64_t>(a.batch) * static_cast<int64_t>(a.hkv) * a.row_blocks;
+  int splits = requested_splits > 0
+                   ? static_cast<int>(requested_splits)
+                   : choose_splits(base, a.capacity, detail::current_sm_count() * ctas_per_sm);
+  a.num_splits = splits;
+  const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
+  if (splits > 1) {
+    float* p = partials_scratch(
+        stream, sizeof(float) * static_cast<size_t>(splits * rows_global * (C::DV + 1)));
+    a.part_o = p;
+    a.part_lse = p + splits * rows_global * C::DV;
+  } else {
+    a.part_o = nullptr;
+    a.part_lse = nullptr;
+  }
+  const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
+                  static_cast<unsigned>(a.batch));
+  decode_kernel<C><<<grid, C::THREADS, C::SMEM, stream>>>(a);
+  detail::check_launch(op);
+  if (splits > 1) {
+    combine_kernel<typename C::T, C::DV>
+        <<<static_cast<unsigned>((rows_global + 7) / 8), 256, 0, stream>>>(a);
+    detail::check_launch(op);
+  }
+}
+
+}  // namespace tessel::decode

@@ -1,0 +1,162 @@
+// MLA (DeepSeek-V2) decode in the absorbed form: one latent "KV head" of 576 dims per token
+// ([c (512) | k_rope (64)]) shared by all H query heads. decode_kernel runs with DQK = 576
+// (q_latent dims from one tensor, q_rope dims from another), DV = 512 read from the same shared
+// memory tile (each latent byte is loaded once), 8 warps, 32-token tiles.
+// Bytes: every cached latent row once per block of 16 (H <= 16) or 64 query rows.
+#include <cmath>
+#include <string>
+
+#include "ops/attention_decode/decode_launch.cuh"
+
+namespace tessel {
+namespace {
+
+using decode::KernelArgs;
+
+constexpr int kLatent = 512, kRope = 64, kRow = kLatent + kRope;
+
+// 16 rows: 2 stages of 36 KB (92 KB, 2 CTAs/SM: one CTA's S phase overlaps the other's);
+// 64 rows: 3 stages + a 72 KB Q tile (185 KB, 1 CTA/SM).
+template <class T, int MT, bool PAGED>
+using MlaCfg = decode::Cfg<T, kRow, kLatent, kLatent, true, MT, 8, 32, MT == 1 ? 2 : 3, PAGED>;
+
+template <class T>
+void dispatch(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) {
+  const char* op = "mla_decode";
+  const bool wide = a.rows_total > 16;
+  if (paged) {
+    if (wide)
+      decode::launch_decode<MlaCfg<T, 4, true>>(a, splits, stream, op);
+    else
+      decode::launch_decode<MlaCfg<T, 1, true>>(a, splits, stream, op);
+  } else {
+    if (wide)
+      decode::launch_decode<MlaCfg<T, 4, false>>(a, splits, stream, op);
+    else
+      decode::launch_decode<MlaCfg<T, 1, false>>(a, splits, stream, op);
+  }
+}
+
+}  // namespace
+
+void mla_decode(const Tensor& q_latent, const Tensor& q_rope, const Tensor& latent_cache,
+                const Tensor& seqlens, Tensor& out, Tensor* lse, const DecodeParams& p,
+                cudaStream_t stream) {
+  detail::OpCheck chk("mla_decode");
+  if (!(p.scale >= 0.0) || !std::isfinite(p.scale))
+    chk.fail("params.scale", "a finite scale >= 0 (0: 1/sqrt(576))", std::to_string(p.scale));
+  if (p.softcap != 0.0)
+    chk.fail("params.softcap", "0 (MLA has no soft cap)", std::to_string(p.softcap));
+  if (p.num_splits < 0 || p.num_splits > 256)
+    chk.fail("params.num_splits", "0 (heuristic) .. 256", std::to_string(p.num_splits));
+  chk.dtype_in("q_latent", q_latent, {DType::f16, DType::bf16});
+  chk.dtype_in("q_rope", q_rope, {DType::f16, DType::bf16});
+  chk.dtype_in("latent_cache", latent_cache, {DType::f16, DType::bf16});
+  chk.dtype_in("out", out, {DType::f16, DType::bf16});
+  chk.same_dtype("q_rope", q_rope, "q_latent", q_latent);
+  chk.same_dtype("latent_cache", latent_cache, "q_latent", q_latent);
+  chk.same_dtype("out", out, "q_latent", q_latent);
+  chk.rank_in("q_latent", q_latent, 4, 4);
+  chk.rank_in("q_rope", q_rope, 4, 4);
+  chk.rank_in("latent_cache", latent_cache, 3, 3);
+  chk.rank_in("out", out, 4, 4);
+  const int64_t B = q_latent.shape[0], Sq = q_latent.shape[1], H = q_latent.shape[2];
+  if (q_latent.shape[3] != kLatent)
+    chk.fail("q_latent", "shape (B, Sq, H, 512)", "shape " + decode::dims(q_latent));
+  if (q_rope.shape[0] != B || q_rope.shape[1] != Sq || q_rope.shape[2] != H ||
+      q_rope.shape[3] != kRope)
+    chk.fail("q_rope",
+             "shape (" + std::to_string(B) + ", " + std::to_string(Sq) + ", " + std::to_string(H) +
+                 ", 64) (q_latent's B, Sq, H)",
+             "shape " + decode::dims(q_rope));
+  chk.same_shape("out", out, "q_latent", q_latent);
+  const bool paged = p.block_table != nullptr;
+  if (latent_cache.shape[2] != kRow)
+    chk.fail("latent_cache",
+             std::string(paged ? "shape (num_pages, page_size, 576)" : "shape (B, Smax, 576)") +
+                 " (512 latent + 64 rope dims)",
+             "shape " + decode::dims(latent_cache));
+  if (!paged && latent_cache.shape[0] != B)
+    chk.fail("latent_cache",
+             "shape (B = " + std::to_string(B) +
+                 ", Smax, 576) (contiguous cache; set "
+                 "params.block_table for a paged one)",
+             "shape " + decode::dims(latent_cache));
+  decode::check_seqlens_table(chk, B, seqlens, p.block_table);
+  decode::check_lse(chk, lse, B, Sq, H);
+  decode::check_vector_layout(chk, "q_latent", q_latent);
+  decode::check_vector_layout(chk, "q_rope", q_rope);
+  decode::check_vector_layout(chk, "latent_cache", latent_cache);
+  decode::check_vector_layout(chk, "out", out);
+  decode::CacheGeometry g;
+  g.paged = paged;
+  if (paged) {
+    g.num_pages = latent_cache.shape[0];
+    g.page_size = latent_cache.shape[1];
+    g.max_pages = p.block_table->shape[1];
+    g.capacity = g.max_pages * g.page_size;
+    if (g.page_size < 1)
+      chk.fail("latent_cache", "page_size >= 1", "shape " + decode::dims(latent_cache));
+  } else {
+    g.capacity = latent_cache.shape[1];
+  }
+  if (B > 65535) chk.fail("q_latent", "batch <= 65535", "shape " + decode::dims(q_latent));
+  if (g.capacity > (int64_t{1} << 30) || g.num_pages > (int64_t{1} << 31) - 1 ||
+      Sq * H > (int64_t{1} << 24))
+    chk.fail("latent_cache", "fewer than 2^30 tokens per sequence and 2^31 pages",
+             "shape " + decode::dims(latent_cache));
+  if (B == 0 || Sq == 0 || H == 0) return;
+  if (g.capacity < Sq)
+    chk.fail("latent_cache",
+             "room for at least Sq = " + std::to_string(Sq) + " tokens per sequence",
+             std::to_string(g.capacity));
+  chk.device_pointer("q_latent", q_latent);
+  chk.device_pointer("q_rope", q_rope);
+  chk.device_pointer("latent_cache", latent_cache);
+  chk.device_pointer("out", out);
+  chk.device_pointer("seqlens", seqlens);
+  if (paged) chk.device_pointer("block_table", *p.block_table);
+  if (lse) chk.device_pointer("lse", *lse);
+  if (p.check_inputs) decode::check_inputs_now(chk, seqlens, p.block_table, g, B, Sq, stream);
+
+  KernelArgs a{};
+  a.q0 = q_latent.data;
+  a.q0_sb = q_latent.strides[0];
+  a.q0_ss = q_latent.strides[1];
+  a.q0_sh = q_latent.strides[2];
+  a.q1 = q_rope.data;
+  a.q1_sb = q_rope.strides[0];
+  a.q1_ss = q_rope.strides[1];
+  a.q1_sh = q_rope.strides[2];
+  a.k = a.v = latent_cache.data;
+  a.k_sb = a.v_sb = latent_cache.strides[0];
+  a.k_st = a.v_st = latent_cache.strides[1];
+  a.k_sh = a.v_sh = 0;
+  if (paged) {
+    a.block_table = static_cast<const int32_t*>(p.block_table->data);
+    a.bt_stride = p.block_table->strides[0];
+    a.page_size = static_cast<int>(g.page_size);
+    a.num_pages = static_cast<int>(g.num_pages);
+  }
+  a.seqlens = static_cast<const int32_t*>(seqlens.data);
+  a.capacity = g.capacity;
+  a.out = out.data;
+  a.o_sb = out.strides[0];
+  a.o_ss = out.strides[1];
+  a.o_sh = out.strides[2];
+  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  a.batch = static_cast<int>(B);
+  a.sq = static_cast<int>(Sq);
+  a.hq = static_cast<int>(H);
+  a.hkv = 1;
+  a.group = static_cast<int>(H);
+  a.rows_total = static_cast<int>(Sq * H);
+  const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(kRow));
+  a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  if (q_latent.dtype == DType::bf16)
+    dispatch<__nv_bfloat16>(a, p.num_splits, paged, stream);
+  else
+    dispatch<__half>(a, p.num_splits, paged, stream);
+}
+
+}  // namespace tessel
