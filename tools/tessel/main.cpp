@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bench_main.hpp"
+#include "llm_commands.hpp"
 #include "runtime/autotune.hpp"
 #include "tessel/ops.hpp"
 
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_demo_command(app, rc);
   tessel::cli::add_bench_command(app, rc);
   add_tune_command(app, rc);
+  tessel::cli::add_llm_commands(app, rc);
   CLI11_PARSE(app, argc, argv);
   return rc;
 }

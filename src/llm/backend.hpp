@@ -1,0 +1,77 @@
+// The engine's compute interface: every op the model graph needs, on backend-owned buffers.
+// The CPU backend (cpu_backend.cpp) implements it in float32; a GPU backend on tessel's kernels
+// implements the same calls. Activations are row-major (rows, cols) float32 matrices; weights
+// are whatever the backend chose at upload (the CPU keeps float32).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "llm/config.hpp"
+#include "llm/weights.hpp"
+
+namespace tessel::llm {
+
+// Opaque storage owned by a backend (host or device memory).
+struct Buf {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0;
+  explicit operator bool() const { return ptr != nullptr; }
+};
+
+// Rows of one forward step: row r is token r of sequence slot[r] at position pos[r]
+// (host arrays of `rows` entries).
+struct RowLayout {
+  const int32_t* slot = nullptr;
+  const int32_t* pos = nullptr;
+  int64_t rows = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory
+  virtual Buf upload(const HostTensor& t) = 0;  // (shape[0], rest) matrix or a vector (1, n)
+  virtual Buf alloc(int64_t rows, int64_t cols) = 0;
+  virtual void release(Buf& b) = 0;
+  virtual void download(const Buf& b, float* dst) = 0;  // rows·cols floats
+  virtual size_t bytes_in_use() const = 0;
+
+  // ---- KV cache: n_layers × slots × max_seq × kv_dim, for keys and for values
+  virtual void kv_reserve(int64_t n_layers, int64_t slots, int64_t max_seq, int64_t kv_dim) = 0;
+
+  // ---- ops
+  // out[r] = table[tokens[r]]
+  virtual void embedding(const int32_t* tokens, const Buf& table, Buf& out) = 0;
+  // x[r] += table[positions[r]]
+  virtual void add_rows(const int32_t* positions, const Buf& table, Buf& x) = 0;
+  virtual void rms_norm(const Buf& x, const Buf& w, float eps, Buf& out) = 0;
+  virtual void layer_norm(const Buf& x, const Buf& w, const Buf& b, float eps, Buf& out) = 0;
+  // out = x · wᵀ (+ bias): x (M, K), w (N, K), out (M, N)
+  virtual void matmul(const Buf& x, const Buf& w, const Buf* bias, Buf& out) = 0;
+  // Rotates the first rope_dim features of every head of x (rows, n_heads·head_dim) by the
+  // host tables cos/sin (rows, rope_dim/2).
+  virtual void rope(Buf& x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, RopeStyle style,
+                    const float* cos, const float* sin) = 0;
+  // Stores k, v rows (rows, kv_dim) into the cache of `layer` at (slot, pos) of each row.
+  virtual void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) = 0;
+  // Causal attention of q (rows, n_heads·head_dim) over the cached positions 0..pos[r] of slot[r].
+  virtual void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads,
+                         int64_t head_dim, const RowLayout& rows, Buf& out) = 0;
+  virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;  // silu(gate)·up
+  virtual void gelu(Buf& x) = 0;                                        // tanh approximation
+  virtual void add(Buf& x, const Buf& y) = 0;                           // x += y
+  // out[i] = x[rows[i]]
+  virtual void gather_rows(const Buf& x, const int64_t* rows, int64_t n, Buf& out) = 0;
+};
+
+// float32 CPU backend using `threads` worker threads (0: hardware concurrency).
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+// "cpu" or "gpu" (throws tessel::Error "GPU backend not built yet" where it is not).
+std::unique_ptr<Backend> make_backend(const std::string& kind, int threads = 0);
+
+}  // namespace tessel::llm

@@ -1,0 +1,130 @@
+#include "llm/generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <span>
+
+#include "tessel/tensor.hpp"
+
+namespace tessel::llm {
+
+std::vector<Generation> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& options, const Detokenize& detokenize,
+                                 const StreamCallback& on_piece, GenerateStats* stats) {
+  using clock = std::chrono::steady_clock;
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  const int64_t V = model.config().vocab_size;
+  std::vector<Generation> out(static_cast<size_t>(n));
+  if (n == 0) return out;
+  int64_t longest = 0;
+  for (const auto& p : prompts) {
+    if (p.empty())
+      throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                  "tessel::generate: 'prompt' expected at least one token, got 0");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  }
+  const int64_t ctx = model.config().max_positions;
+  if (longest >= ctx)
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                "tessel::generate: 'prompt' expected fewer than " + std::to_string(ctx) +
+                    " tokens (the context), got " + std::to_string(longest));
+  const int64_t max_seq = std::min<int64_t>(ctx, longest + std::max(options.max_tokens, 0));
+  if (model.slots() < n || model.max_seq() < max_seq) model.reserve(n, max_seq);
+
+  std::vector<std::vector<int32_t>> history(prompts.begin(), prompts.end());
+  std::vector<std::unique_ptr<Sampler>> samplers;
+  std::vector<StopStrings> stops;
+  for (int64_t i = 0; i < n; ++i) {
+    SamplerConfig sc = options.sampling;
+    sc.seed += static_cast<uint64_t>(i);
+    samplers.push_back(std::make_unique<Sampler>(sc));
+    stops.emplace_back(options.stop_strings);
+  }
+  std::vector<bool> done(static_cast<size_t>(n), options.max_tokens <= 0);
+  for (int64_t i = 0; i < n && options.max_tokens <= 0; ++i) out[i].finish_reason = "length";
+
+  // Handles the sampled token of sequence i; returns false once the sequence has finished.
+  auto accept = [&](int64_t i, std::span<float> logits) {
+    const int32_t tok = samplers[i]->sample(logits, history[i]);
+    Generation& g = out[i];
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) !=
+        options.stop_tokens.end()) {
+      g.finish_reason = "stop_token";
+    } else {
+      g.tokens.push_back(tok);
+      history[i].push_back(tok);
+      const std::string piece = stops[i].feed(detokenize ? detokenize(tok) : std::string());
+      g.text += piece;
+      if (on_piece && !piece.empty()) on_piece(static_cast<size_t>(i), piece);
+      if (stops[i].stopped())
+        g.finish_reason = "stop_string";
+      else if (static_cast<int32_t>(g.tokens.size()) >= options.max_tokens)
+        g.finish_reason = "length";
+      else if (static_cast<int64_t>(history[i].size()) >= model.max_seq())
+        g.finish_reason = "context";
+    }
+    if (g.finish_reason.empty()) return true;
+    const std::string rest = stops[i].flush();
+    g.text += rest;
+    if (on_piece && !rest.empty()) on_piece(static_cast<size_t>(i), rest);
+    return false;
+  };
+
+  std::vector<int32_t> tokens, slots, positions;
+  std::vector<int64_t> logit_rows;
+  GenerateStats st;
+  if (options.max_tokens > 0) {
+    // Prefill: every prompt in one forward, logits of each prompt's last row.
+    for (int64_t i = 0; i < n; ++i) {
+      size_t start = 0;
+      if (options.reuse_prefix) {
+        // Keep at least the last prompt token to produce its logits.
+        const std::vector<int32_t>& cached = model.cached_tokens(i);
+        while (start + 1 < prompts[i].size() && start < cached.size() &&
+               cached[start] == prompts[i][start])
+          ++start;
+      }
+      for (size_t t = start; t < prompts[i].size(); ++t) {
+        tokens.push_back(prompts[i][t]);
+        slots.push_back(static_cast<int32_t>(i));
+        positions.push_back(static_cast<int32_t>(t));
+      }
+      logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+    }
+    const auto t0 = clock::now();
+    std::vector<float> logits = model.forward(tokens, slots, positions, logit_rows);
+    st.prefill_tokens = static_cast<int64_t>(tokens.size());
+    for (int64_t i = 0; i < n; ++i)
+      done[i] = !accept(i, std::span<float>(logits.data() + i * V, static_cast<size_t>(V)));
+    st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  const auto t1 = clock::now();
+  for (;;) {
+    tokens.clear();
+    slots.clear();
+    positions.clear();
+    logit_rows.clear();
+    std::vector<int64_t> active;
+    for (int64_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      logit_rows.push_back(static_cast<int64_t>(tokens.size()));
+      tokens.push_back(history[i].back());
+      slots.push_back(static_cast<int32_t>(i));
+      positions.push_back(static_cast<int32_t>(history[i].size()) - 1);
+      active.push_back(i);
+    }
+    if (active.empty()) break;
+    std::vector<float> logits = model.forward(tokens, slots, positions, logit_rows);
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t i = active[a];
+      done[i] = !accept(i, std::span<float>(logits.data() + a * V, static_cast<size_t>(V)));
+      ++st.decode_tokens;
+    }
+  }
+  st.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  if (stats) *stats = st;
+  return out;
+}
+
+}  // namespace tessel::llm

@@ -1,0 +1,77 @@
+// The decoder-only transformer graph, once, over the Backend interface: token (+ learned
+// position) embedding, per layer norm → q/k/v → RoPE → KV cache → attention → output
+// projection → residual, norm → SiLU-gated or GELU MLP → residual; final norm and logits.
+// One forward() handles prefill, decode and a mix of sequences (each row names its slot and
+// position), so batched generation is the same call with more rows.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llm/backend.hpp"
+#include "llm/config.hpp"
+#include "llm/tokenizer.hpp"
+#include "llm/weights.hpp"
+
+namespace tessel::llm {
+
+class Model {
+ public:
+  // Uploads the weights of `src` (GGUF or HF tensor names, see model.cpp) to `backend`.
+  Model(std::unique_ptr<Backend> backend, const ModelConfig& config, const WeightSource& src,
+        bool hf_names);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return *backend_; }
+
+  // (Re)allocates the KV cache for `slots` sequences of up to `max_seq` positions.
+  void reserve(int64_t slots, int64_t max_seq);
+  int64_t slots() const { return slots_; }
+  int64_t max_seq() const { return max_seq_; }
+  // Tokens whose keys/values the cache holds for `slot`, positions 0.. in order.
+  const std::vector<int32_t>& cached_tokens(int64_t slot) const { return slot_tokens_.at(slot); }
+
+  // Runs tokens[r] of sequence slots[r] at positions[r] (positions of a slot must be written in
+  // order; earlier positions must already be cached). Returns the logits (vocab floats each) of
+  // the rows listed in logits_rows, in that order.
+  std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& slots,
+                             const std::vector<int32_t>& positions,
+                             const std::vector<int64_t>& logits_rows);
+
+ private:
+  struct Layer {
+    Buf attn_norm, attn_norm_b, wq, wk, wv, bq, bk, bv, wo, bo;
+    Buf ffn_norm, ffn_norm_b, w_gate, w_up, w_down, b_up, b_down;
+  };
+  void load(const WeightSource& src, bool hf_names);
+  void release_weights();
+  void rope_tables(const std::vector<int32_t>& positions, std::vector<float>& cos,
+                   std::vector<float>& sin) const;
+
+  std::unique_ptr<Backend> backend_;
+  ModelConfig config_;
+  std::vector<double> inv_freq_;  // rope_dim / 2 rotation frequencies after scaling
+  Buf tok_embd_, pos_embd_, out_norm_, out_norm_b_, lm_head_;
+  bool lm_head_is_embd_ = false;
+  std::vector<Layer> layers_;
+  int64_t slots_ = 0, max_seq_ = 0;
+  std::vector<std::vector<int32_t>> slot_tokens_;
+};
+
+// A model and its tokenizer from a path: a .gguf file or a Hugging Face folder (config.json,
+// *.safetensors, tokenizer.json).
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::optional<TokenizerData> gguf_tokenizer;  // GGUF files carry their tokenizer
+  std::string tokenizer_json;                   // HF folders: path of tokenizer.json
+  std::string format;                           // "gguf" or "safetensors"
+  double load_seconds = 0;
+};
+LoadedModel load_model(const std::string& path, std::unique_ptr<Backend> backend);
+
+}  // namespace tessel::llm
