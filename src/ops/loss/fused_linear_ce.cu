@@ -18,7 +18,6 @@
 
 #include "ops/loss/loss_internal.hpp"
 #include "ops/rows.cuh"
-#include "runtime/workspace.hpp"
 #include "tessel/gemm.hpp"
 #include "tessel/loss.hpp"
 #include "tessel/ops.hpp"
@@ -98,9 +97,12 @@ void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, cons
   const bool need_grad = dhidden != nullptr || dweight != nullptr;
   const bool mean = opt.ce.reduction == Reduction::mean;
 
-  float* ws = static_cast<float*>(detail::stream_workspace(stream, (4 + size_t(n)) * sizeof(float)));
-  float* count = ws;
-  float* row_loss = ws + 4;
+  // Count and per-row losses live across the chunk loop, so they cannot sit in
+  // detail::stream_workspace: the GEMMs' split-K completion counters use that same buffer
+  // (and may grow it, freeing the old one) between our launches.
+  AsyncBuffer scratch((4 + size_t(n)) * sizeof(float), stream);
+  float* count = static_cast<float*>(scratch.p);
+  float* row_loss = count + 4;
 
   AsyncBuffer logits(size_t(chunk) * v * es, stream);
   AsyncBuffer logits_t(dweight != nullptr ? size_t(chunk) * v * es : 0, stream);

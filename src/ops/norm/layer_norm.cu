@@ -50,6 +50,7 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, Te
     using T = decltype(tag);
     bool vec = detail::rows_vectorizable<T>(xr.cols, {{x.data, xr.pitch}, {y.data, yr.pitch}, {w.data, 0}});
     if (b) vec = vec && detail::aligned(b->data, 16);
+    if (norm::launch_fwd_frags<T, Mode::ln>(a, vec, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_fwd<T, decltype(cfg), Mode::ln>(a, stream);
     });

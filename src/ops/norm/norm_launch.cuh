@@ -75,14 +75,26 @@ void launch_fwd(const NormArgs& a, cudaStream_t stream) {
          C::CLUSTER, stream, a);
 }
 
+// RMS / RMS+residual / LayerNorm forward on register rows of fragments (norm_fwd_frags_kernel)
+// when the row fits; false (nothing launched) otherwise: the caller uses launch_fwd.
+template <class T, Mode M>
+bool launch_fwd_frags(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
+  if (!vec_ok) return false;  // packed 16-byte vectors only
+  return detail::dispatch_row_frags<kVec16<T>>(a.cols, true, [&](auto rc) {
+    using RC = decltype(rc);
+    if constexpr (PFrag<T, RC::VEC>::kPacked)
+      norm_fwd_frags_kernel<T, RC, M><<<detail::row_grid<RC>(a.rows), RC::BLOCK, 0, stream>>>(a);
+  });
+}
+
 // Backward: persistent grid (one wave) so the dw/db partial slots stay few. Returns the
 // number of slots written to a.ws (0 for group norm).
-template <class T, class C, Mode M>
+template <class T, class C, Mode M, int OCC>
 int64_t bwd_slots(int64_t rows, int& cluster, unsigned& grid, size_t& smem) {
   constexpr int kGroups = C::BWD_BLOCK / C::THREADS;
   constexpr int kArrays = acc_arrays<C, M>();
   smem = static_cast<size_t>(kArrays) * C::kChunk * kGroups * sizeof(float);
-  auto kernel = norm_bwd_kernel<T, C, M>;
+  auto kernel = norm_bwd_kernel<T, C, M, OCC>;
   if (smem > 48 * 1024)
     TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
@@ -112,25 +124,30 @@ int64_t bwd_slots(int64_t rows, int& cluster, unsigned& grid, size_t& smem) {
 
 // Runs the backward kernel, then (RMS/LN) sums the partial slots into dw (and db) and zeroes
 // the workspace again (stream_workspace's contract).
-template <class T, class C, Mode M>
-void launch_bwd(NormArgs a, void* dw, void* db, cudaStream_t stream) {
+template <class T, class C, Mode M, int OCC>
+void launch_bwd_occ(NormArgs a, void* dw, void* db, cudaStream_t stream) {
   int cluster = 1;
   unsigned grid = 1;
   size_t smem = 0;
-  const int64_t slots = bwd_slots<T, C, M>(a.rows, cluster, grid, smem);
+  const int64_t slots = bwd_slots<T, C, M, OCC>(a.rows, cluster, grid, smem);
   constexpr int kArrays = acc_arrays<C, M>();
   size_t ws_bytes = 0;
   if (kArrays > 0) {
     ws_bytes = static_cast<size_t>(kArrays) * slots * a.cols * sizeof(float);
     a.ws = static_cast<float*>(detail::stream_workspace(stream, ws_bytes));
   }
-  launch(norm_bwd_kernel<T, C, M>, grid, C::BWD_BLOCK, smem, cluster, stream, a);
+  launch(norm_bwd_kernel<T, C, M, OCC>, grid, C::BWD_BLOCK, smem, cluster, stream, a);
   if (kArrays > 0) {
     const dim3 g(static_cast<unsigned>((a.cols + 255) / 256), db ? 2 : 1);
     sum_slots_kernel<T><<<g, 256, 0, stream>>>(a.ws, slots, a.cols, static_cast<T*>(dw),
                                                static_cast<T*>(db));
     TESSEL_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, ws_bytes, stream));
   }
+}
+
+template <class T, class C, Mode M>
+void launch_bwd(NormArgs a, void* dw, void* db, cudaStream_t stream) {
+  launch_bwd_occ<T, C, M, 512>(a, dw, db, stream);
 }
 
 template <class T, class F>

@@ -47,6 +47,7 @@ void rms_norm(const Tensor& x, const Tensor& w, Tensor& y, Tensor* rstd, float e
   detail::dispatch_float_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const bool vec = detail::rows_vectorizable<T>(xr.cols, {{x.data, xr.pitch}, {y.data, yr.pitch}, {w.data, 0}});
+    if (norm::launch_fwd_frags<T, Mode::rms>(a, vec, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_fwd<T, decltype(cfg), Mode::rms>(a, stream);
     });
@@ -91,6 +92,7 @@ void rms_norm_add(const Tensor& x, const Tensor& residual, const Tensor& w, Tens
     const bool vec = detail::rows_vectorizable<T>(
         xr.cols, {{x.data, xr.pitch}, {residual.data, rr.pitch}, {h.data, hr.pitch},
                   {y.data, yr.pitch}, {w.data, 0}});
+    if (norm::launch_fwd_frags<T, Mode::rms_add>(a, vec, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_fwd<T, decltype(cfg), Mode::rms_add>(a, stream);
     });
