@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "llm/gguf.hpp"
 #include "llm/tokenizer.hpp"
 #include "llm/unicode.hpp"
 
@@ -55,12 +56,13 @@ const json& fixtures() {
   return j;
 }
 
-// SmolLM2's tokenizer.ggml.* metadata as JSON (gen_tokenizer_fixtures.py --smollm2-dump); not in
-// the shared data yet, so its tests usually skip.
+// SmolLM2's tokenizer: the model file scripts/setup.sh fetches (tokenizer.ggml.* metadata read
+// by the engine's GGUF reader), or that metadata as JSON (gen_tokenizer_fixtures.py
+// --smollm2-dump) named by TESSEL_SMOLLM2_TOKENIZER.
 std::string smollm2_path() {
   if (const char* env = std::getenv("TESSEL_SMOLLM2_TOKENIZER"); env != nullptr && *env != '\0')
     return env;
-  return data_dir() + "/smollm2/gguf_tokenizer.json";
+  return std::string(TESSEL_SOURCE_DIR) + "/.deps/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 std::string tokenizer_path(const std::string& name) {
@@ -97,6 +99,10 @@ const Tokenizer* load(const std::string& name) {
     d.bos_id = d.eos_id = 50256;
     d.chat_template = fixtures()["templates"]["smollm2"].get<std::string>();
     tok = std::make_unique<Tokenizer>(Tokenizer::from_data(d));
+  } else if (name == "smollm2" && smollm2_path().size() > 5 &&
+             smollm2_path().compare(smollm2_path().size() - 5, 5, ".gguf") == 0) {
+    tok = std::make_unique<Tokenizer>(
+        Tokenizer::from_data(GgufFile(smollm2_path()).tokenizer_data()));
   } else if (name == "smollm2") {
     // The GGUF path exactly as the engine takes it: tokenizer.ggml.* keys into TokenizerData.
     const json meta = json::parse(slurp(smollm2_path()));
