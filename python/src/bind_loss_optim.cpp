@@ -32,6 +32,62 @@ std::vector<nb::handle> as_list(const char* op, const char* arg, nb::handle obj)
   return out;
 }
 
+// The converted tensors of one multi-tensor AdamW (the Args keep the Python buffers alive).
+class AdamWGroup {
+ public:
+  AdamWGroup(nb::handle params, nb::handle grads, nb::handle exp_avgs, nb::handle exp_avg_sqs,
+             nb::handle masters) {
+    const char* op = "adamw";
+    auto p = as_list(op, "params", params), g = as_list(op, "grads", grads),
+         m1 = as_list(op, "exp_avgs", exp_avgs), m2 = as_list(op, "exp_avg_sqs", exp_avg_sqs);
+    std::vector<nb::handle> ms;
+    if (!masters.is_none()) ms = as_list(op, "masters", masters);
+    const size_t n = p.size();
+    if (g.size() != n || m1.size() != n || m2.size() != n || (!ms.empty() && ms.size() != n))
+      arg_fail(op, "grads", "lists of equal length " + std::to_string(n),
+               "lengths " + std::to_string(g.size()) + ", " + std::to_string(m1.size()) + ", " +
+                   std::to_string(m2.size()) + ", " + std::to_string(ms.size()));
+    keep_.reserve(5 * n);
+    list_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      keep_.push_back(out(op, "params", p[i]));
+      list_[i].param = keep_.back().t;
+      keep_.push_back(in(op, "grads", g[i]));
+      list_[i].grad = keep_.back().t;
+      keep_.push_back(out(op, "exp_avgs", m1[i]));
+      list_[i].exp_avg = keep_.back().t;
+      keep_.push_back(out(op, "exp_avg_sqs", m2[i]));
+      list_[i].exp_avg_sq = keep_.back().t;
+      if (!ms.empty() && !ms[i].is_none()) {
+        keep_.push_back(out(op, "masters", ms[i]));
+        list_[i].master = keep_.back().t;
+      }
+    }
+  }
+  void step(const tessel::AdamWOptions& o, cudaStream_t s) const {
+    nb::gil_scoped_release nogil;
+    tessel::adamw(list_.data(), list_.size(), o, s);
+  }
+  size_t size() const { return list_.size(); }
+
+ private:
+  std::vector<Arg> keep_;
+  std::vector<tessel::AdamWTensors> list_;
+};
+
+tessel::AdamWOptions adamw_options(float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, int64_t step, bool bias_correction) {
+  tessel::AdamWOptions o;
+  o.lr = lr;
+  o.beta1 = beta1;
+  o.beta2 = beta2;
+  o.eps = eps;
+  o.weight_decay = weight_decay;
+  o.step = step;
+  o.bias_correction = bias_correction;
+  return o;
+}
+
 }  // namespace
 
 void bind_loss_optim(nb::module_& m);
@@ -85,56 +141,37 @@ void bind_loss_optim(nb::module_& m) {
       },
       "hidden"_a.none(), "weight"_a.none(), "targets"_a.none(), "loss"_a.none(),
       "dhidden"_a.none() = nb::none(), "dweight"_a.none() = nb::none(), "ignore_index"_a = -100,
-      "label_smoothing"_a = 0.f, "reduction"_a = "mean", "chunk_rows"_a = 0,
-      "stream"_a.none() = 0, "Chunked fused linear + cross-entropy with gradients.");
+      "label_smoothing"_a = 0.f, "reduction"_a = "mean", "chunk_rows"_a = 0, "stream"_a.none() = 0,
+      "Chunked fused linear + cross-entropy with gradients.");
   m.def(
       "adamw",
       [](nb::handle params, nb::handle grads, nb::handle exp_avgs, nb::handle exp_avg_sqs,
          nb::handle masters, float lr, float beta1, float beta2, float eps, float weight_decay,
          int64_t step, bool bias_correction, nb::handle stream) {
-        const char* op = "adamw";
-        auto p = as_list(op, "params", params), g = as_list(op, "grads", grads),
-             m1 = as_list(op, "exp_avgs", exp_avgs), m2 = as_list(op, "exp_avg_sqs", exp_avg_sqs);
-        std::vector<nb::handle> ms;
-        if (!masters.is_none()) ms = as_list(op, "masters", masters);
-        const size_t n = p.size();
-        if (g.size() != n || m1.size() != n || m2.size() != n || (!ms.empty() && ms.size() != n))
-          arg_fail(op, "grads", "lists of equal length " + std::to_string(n),
-                   "lengths " + std::to_string(g.size()) + ", " + std::to_string(m1.size()) +
-                       ", " + std::to_string(m2.size()) + ", " + std::to_string(ms.size()));
-        std::vector<Arg> keep;
-        keep.reserve(5 * n);
-        std::vector<tessel::AdamWTensors> list(n);
-        for (size_t i = 0; i < n; ++i) {
-          keep.push_back(out(op, "params", p[i]));
-          list[i].param = keep.back().t;
-          keep.push_back(in(op, "grads", g[i]));
-          list[i].grad = keep.back().t;
-          keep.push_back(out(op, "exp_avgs", m1[i]));
-          list[i].exp_avg = keep.back().t;
-          keep.push_back(out(op, "exp_avg_sqs", m2[i]));
-          list[i].exp_avg_sq = keep.back().t;
-          if (!ms.empty() && !ms[i].is_none()) {
-            keep.push_back(out(op, "masters", ms[i]));
-            list[i].master = keep.back().t;
-          }
-        }
-        tessel::AdamWOptions o;
-        o.lr = lr;
-        o.beta1 = beta1;
-        o.beta2 = beta2;
-        o.eps = eps;
-        o.weight_decay = weight_decay;
-        o.step = step;
-        o.bias_correction = bias_correction;
-        cudaStream_t s = to_stream(op, stream);
-        nb::gil_scoped_release nogil;
-        tessel::adamw(list.data(), list.size(), o, s);
+        const AdamWGroup g(params, grads, exp_avgs, exp_avg_sqs, masters);
+        g.step(adamw_options(lr, beta1, beta2, eps, weight_decay, step, bias_correction),
+               to_stream("adamw", stream));
       },
       "params"_a, "grads"_a, "exp_avgs"_a, "exp_avg_sqs"_a, "masters"_a.none() = nb::none(),
       "lr"_a = 1e-3f, "beta1"_a = 0.9f, "beta2"_a = 0.999f, "eps"_a = 1e-8f,
       "weight_decay"_a = 1e-2f, "step"_a = 1, "bias_correction"_a = true, "stream"_a.none() = 0,
       "One multi-tensor AdamW step (one launch).");
+  // The tensor lists converted once: an optimizer calls step() every iteration without
+  // re-reading hundreds of Python tensor objects (the conversion cost ~ the kernel's time).
+  nb::class_<AdamWGroup>(m, "AdamWGroup",
+                         "Tensor lists of a multi-tensor AdamW, converted once; step() launches.")
+      .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle>(), "params"_a,
+           "grads"_a, "exp_avgs"_a, "exp_avg_sqs"_a, "masters"_a.none() = nb::none())
+      .def(
+          "step",
+          [](const AdamWGroup& g, float lr, float beta1, float beta2, float eps, float weight_decay,
+             int64_t step, bool bias_correction, nb::handle stream) {
+            g.step(adamw_options(lr, beta1, beta2, eps, weight_decay, step, bias_correction),
+                   to_stream("adamw", stream));
+          },
+          "lr"_a = 1e-3f, "beta1"_a = 0.9f, "beta2"_a = 0.999f, "eps"_a = 1e-8f,
+          "weight_decay"_a = 1e-2f, "step"_a = 1, "bias_correction"_a = true, "stream"_a.none() = 0)
+      .def("__len__", [](const AdamWGroup& g) { return g.size(); });
   m.def(
       "concat",
       [](nb::handle inputs, nb::handle o, int axis, nb::handle stream) {
@@ -152,8 +189,7 @@ void bind_loss_optim(nb::module_& m) {
         nb::gil_scoped_release nogil;
         tessel::concat(ts.data(), ts.size(), axis, to.t, s);
       },
-      "inputs"_a, "out"_a.none(), "axis"_a = 0, "stream"_a.none() = 0,
-      "out = cat(inputs, axis).");
+      "inputs"_a, "out"_a.none(), "axis"_a = 0, "stream"_a.none() = 0, "out = cat(inputs, axis).");
   m.def(
       "transpose_batched",
       [](nb::handle src, nb::handle dst, nb::handle stream) {

@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import _tessel
 
 __all__ = [
+    "AdamW",
     "adamw",
     "concat",
     "cross_entropy",
@@ -61,6 +62,28 @@ def adamw(params, grads, exp_avgs, exp_avg_sqs, masters=None, *, lr=1e-3, beta1=
                   None if masters is None else [_plain(m) for m in masters],
                   lr, beta1, beta2, eps, weight_decay, step, bias_correction,
                   _stream(params[:1], stream))
+
+
+class AdamW:
+    """Multi-tensor AdamW over fixed tensor lists, converted to kernel arguments once, so a
+    training loop's ``step()`` costs one launch and no per-tensor Python work. The tensors
+    are held by reference: update ``grads`` in place between steps (no ``set_to_none``)."""
+
+    def __init__(self, params, grads, exp_avgs, exp_avg_sqs, masters=None):
+        params = list(params)
+        self._first = params[:1]
+        self._group = _tessel.AdamWGroup(
+            [_plain(p) for p in params], [_plain(g) for g in grads],
+            [_plain(m) for m in exp_avgs], [_plain(v) for v in exp_avg_sqs],
+            None if masters is None else [_plain(m) for m in masters])
+
+    def __len__(self):
+        return len(self._group)
+
+    def step(self, *, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2, step=1,
+             bias_correction=True, stream=None) -> None:
+        self._group.step(lr, beta1, beta2, eps, weight_decay, step, bias_correction,
+                         _stream(self._first, stream))
 
 
 def concat(inputs, out, axis=0, stream=None) -> None:

@@ -92,6 +92,24 @@ def test_adamw_matches_torch():
         torch.testing.assert_close(a, b.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_adamw_group_matches_adamw():
+    shapes = [(7,), (4097,), (64, 33)]
+    ps = [torch.randn(s, device="cuda") for s in shapes]
+    gs = [torch.randn_like(p) for p in ps]
+    ms = [torch.zeros_like(p) for p in ps]
+    vs = [torch.zeros_like(p) for p in ps]
+    ps2, ms2, vs2 = [p.clone() for p in ps], [m.clone() for m in ms], [v.clone() for v in vs]
+    group = tessel.AdamW(ps2, gs, ms2, vs2)
+    assert len(group) == 3
+    for step in range(1, 4):
+        for g in gs:
+            g.normal_()  # in place: the group holds these tensors
+        tessel.adamw(ps, gs, ms, vs, lr=1e-2, weight_decay=0.1, step=step)
+        group.step(lr=1e-2, weight_decay=0.1, step=step)
+    for a, b in zip(ps + ms + vs, ps2 + ms2 + vs2):
+        assert torch.equal(a, b)
+
+
 def test_concat_and_transpose_batched():
     xs = [torch.randn(3, k, 5, device="cuda", dtype=torch.bfloat16) for k in (1, 7, 127)]
     out = torch.empty(3, 135, 5, device="cuda", dtype=torch.bfloat16)
