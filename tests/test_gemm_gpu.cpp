@@ -184,6 +184,12 @@ TEST_F(GemmGpu, LargeTileConfig) {
   c.bias = Bias::f32;
   c.act = GemmActivation::gelu_tanh;
   check(c);
+  // 128x128 tiles (>= #SMs of them, N = 136 too narrow for 128x256) with bias: both consumer
+  // warpgroups share the tile's staged bias
+  Case mid{8451, 136, 72, DType::bf16, DType::bf16, BLayout::nk};
+  mid.bias = Bias::out;
+  mid.act = GemmActivation::relu;
+  check(mid);
 }
 
 // Every activation with and without bias (f32 and d's dtype) and residual, per output dtype.
@@ -243,6 +249,16 @@ TEST_F(GemmGpu, SplitK) {
       }
   // automatic choice on a long-K, small-M·N shape, f16 in
   check({128, 264, 4096, DType::f16, DType::f32, BLayout::nk});
+  // bias + activation with K slices on the B (N,K) small-M configs (64x128 for M <= 128;
+  // 128x64 in clusters of 2 along N for M <= 512, where the last cluster's second tile lies
+  // past N = 264)
+  for (int64_t m : {64, 127, 300, 509}) {
+    Case c{m, 264, 1000, DType::bf16, m % 2 ? DType::bf16 : DType::f32, BLayout::nk};
+    c.split_k = 3;
+    c.bias = m < 300 ? Bias::f32 : Bias::out;
+    c.act = GemmActivation::silu;
+    check(c);
+  }
 }
 
 TEST_F(GemmGpu, SplitKIsDeterministic) {

@@ -11,8 +11,10 @@
 #include <map>
 #include <random>
 
+#include "expect_error.hpp"
 #include "llm/generate.hpp"
 #include "llm/gguf.hpp"
+#include "llm/logits_dump.hpp"
 #include "llm/model.hpp"
 #include "llm_test_files.hpp"
 
@@ -545,6 +547,105 @@ std::string smollm2_path() {
 #else
   return "";
 #endif
+}
+
+// `tessel run --prompt-ids`: ids parse exactly; bad lists name 'prompt-ids'.
+TEST(LlmLogitsDump, ParsesTokenIds) {
+  EXPECT_EQ(parse_token_ids("1,2, 3", 10), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_token_ids(" 9 ,0,", 10), (std::vector<int32_t>{9, 0}));
+  EXPECT_EQ(parse_token_ids("7", 10), (std::vector<int32_t>{7}));
+  for (const char* bad : {"", ",", "1,,2", "1;2", "x", "1.5", "99999999999999999999"})
+    test::expect_invalid([&] { parse_token_ids(bad, 10); }, "run", "prompt-ids");
+  test::expect_invalid([] { parse_token_ids("1,10", 10); }, "run", "prompt-ids", "10");
+  test::expect_invalid([] { parse_token_ids("-1", 10); }, "run", "prompt-ids", "-1");
+}
+
+// The NPY 1.0 layout numpy.load expects: magic, version, little-endian header length, a header
+// dict padded with spaces to a multiple of 64 ending in '\n', then the raw float32 data.
+TEST(LlmLogitsDump, WritesNpyV1) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("tessel_npy_" + std::to_string(::getpid()));
+  const std::vector<float> v = {1.5f, -2.f, 0.f, 3.25f, 1e-8f, -7.f};
+  write_npy_f32(path.string(), {2, 3}, v);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), 10u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  const size_t hlen = static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
+  EXPECT_EQ((10 + hlen) % 64, 0u);
+  ASSERT_EQ(bytes.size(), 10 + hlen + v.size() * 4);
+  const std::string header = bytes.substr(10, hlen);
+  EXPECT_EQ(header.back(), '\n');
+  EXPECT_EQ(header.rfind("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 0), 0u)
+      << header;
+  std::vector<float> back(v.size());
+  std::memcpy(back.data(), bytes.data() + 10 + hlen, back.size() * 4);
+  EXPECT_EQ(back, v);
+  write_npy_f32(path.string(), {4}, std::span<const float>(v).first(4));
+  std::ifstream in1(path, std::ios::binary);
+  const std::string b1((std::istreambuf_iterator<char>(in1)), std::istreambuf_iterator<char>());
+  EXPECT_NE(b1.find("'shape': (4, )"), std::string::npos);
+  test::expect_invalid([&] { write_npy_f32(path.string(), {4, 2}, v); }, "run", "logits");
+  test::expect_invalid([&] { write_npy_f32("/nonexistent_dir/x.npy", {6}, v); }, "run",
+                       "dump-logits");
+  std::filesystem::remove(path);
+}
+
+// The on_logits hook behind --dump-logits: step 0 is the prefill's last row, every later step a
+// decode row; greedy tokens are the argmax of the recorded rows; a sequence that stops early
+// leaves NaN rows in the (sequences, steps, vocab) array.
+TEST(LlmLogitsDump, RecordsEveryStepOfABatch) {
+  const ModelConfig c = tiny("qwen2", RopeStyle::neox);
+  const MemorySource src = random_weights(c, 71);
+  Model m(make_cpu_backend(2), c, src, false);
+  const auto p0 = random_tokens(5, 37, 8), p1 = random_tokens(3, 37, 9);
+  GenerateOptions o;
+  o.max_tokens = 6;
+  o.sampling.temperature = 0;
+  const auto free_run = generate(m, {p1}, o, {})[0];
+  ASSERT_EQ(free_run.tokens.size(), 6u);
+  o.stop_tokens = {free_run.tokens[2]};  // sequence 1 stops at its 3rd step (or earlier)
+  LogitsRecorder rec(2, c.vocab_size);
+  o.on_logits = [&](size_t i, std::span<const float> l) { rec.record(i, l); };
+  const auto res = generate(m, {p0, p1}, o, {});
+  ASSERT_EQ(rec.steps(1), static_cast<int64_t>(res[1].tokens.size()) + 1);  // + the stop step
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t steps = rec.steps(i);
+    ASSERT_GE(steps, static_cast<int64_t>(res[i].tokens.size()));
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("tessel_rec_" + std::to_string(::getpid()) + ".npy");
+    rec.write_npy(path.string());
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(path);
+    const size_t hlen = static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
+    const int64_t max_steps = std::max(rec.steps(0), rec.steps(1));
+    EXPECT_NE(bytes.find("'shape': (2, " + std::to_string(max_steps) + ", 37)"), std::string::npos);
+    ASSERT_EQ(bytes.size(), 10 + hlen + static_cast<size_t>(2 * max_steps * 37 * 4));
+    std::vector<float> all(static_cast<size_t>(2 * max_steps * 37));
+    std::memcpy(all.data(), bytes.data() + 10 + hlen, all.size() * 4);
+    const float* seq = all.data() + i * max_steps * 37;
+    for (int64_t t = 0; t < max_steps; ++t) {
+      const float* row = seq + t * 37;
+      if (t >= steps) {
+        EXPECT_TRUE(std::isnan(row[0])) << "seq " << i << " step " << t;
+        continue;
+      }
+      const int32_t arg = static_cast<int32_t>(std::max_element(row, row + 37) - row);
+      const int32_t want =
+          t < static_cast<int64_t>(res[i].tokens.size()) ? res[i].tokens[t] : o.stop_tokens[0];
+      EXPECT_EQ(arg, want) << "seq " << i << " step " << t;
+    }
+    // Step 0 equals the logits of a plain prefill of the prompt (another row blocking in the
+    // matmul may round differently).
+    Model fresh(make_cpu_backend(2), c, src, false);
+    fresh.reserve(1, 16);
+    const auto ref = prefill_all(fresh, i == 0 ? p0 : p1);
+    const size_t last = ref.size() - 37;
+    for (int v = 0; v < 37; ++v) EXPECT_NEAR(seq[v], ref[last + v], 1e-5f) << v;
+  }
+  if (res[0].finish_reason == "length") EXPECT_EQ(rec.steps(0), 6);
+  EXPECT_EQ(res[1].finish_reason, "stop_token");
 }
 
 // Prompts as token ids of SmolLM2's vocabulary (looked up in the GGUF's token list), so the test

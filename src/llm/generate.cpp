@@ -46,6 +46,7 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
 
   // Handles the sampled token of sequence i; returns false once the sequence has finished.
   auto accept = [&](int64_t i, std::span<float> logits) {
+    if (options.on_logits) options.on_logits(static_cast<size_t>(i), logits);
     const int32_t tok = samplers[i]->sample(logits, history[i]);
     Generation& g = out[i];
     if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) !=

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct GenerateOptions {
   // Skip the prefill of the longest prefix a slot's cache already holds (chat turns): sequence i
   // reuses slot i. Requires the cache to be reserved large enough beforehand.
   bool reuse_prefix = false;
+  // Sees each sequence's logits before sampling (penalties not applied): --dump-logits.
+  std::function<void(size_t sequence, std::span<const float> logits)> on_logits;
 };
 
 struct Generation {

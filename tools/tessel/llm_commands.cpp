@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llm/generate.hpp"
+#include "llm/logits_dump.hpp"
 #include "llm/model.hpp"
 #include "llm/tokenizer.hpp"
 
@@ -22,6 +23,9 @@ namespace {
 struct LlmOptions {
   std::string model;
   std::vector<std::string> prompts;
+  std::vector<std::string> prompt_ids;  // "1,2,3" per sequence: bypasses the tokenizer
+  std::string dump_logits;              // .npy of every step's logits (see llm/logits_dump.hpp)
+  bool ignore_eos = false;
   std::string system;
   int max_tokens = 256;
   float temperature = 0.8f;
@@ -82,17 +86,21 @@ std::vector<int32_t> stop_tokens(const llm::LoadedModel& lm, const std::string& 
 
 struct Session {
   llm::LoadedModel lm;
-  std::unique_ptr<llm::Tokenizer> tok;
+  std::unique_ptr<llm::Tokenizer> tok;  // null for an HF folder without tokenizer.json
   std::vector<int32_t> stops;
 };
 
 Session open_session(const LlmOptions& o) {
   Session s;
   s.lm = llm::load_model(o.model, llm::make_backend(o.backend, o.threads));
-  s.tok = std::make_unique<llm::Tokenizer>(s.lm.gguf_tokenizer
-                                               ? llm::Tokenizer::from_data(*s.lm.gguf_tokenizer)
-                                               : llm::Tokenizer::from_hf_json(s.lm.tokenizer_json));
-  s.stops = stop_tokens(s.lm, o.model);
+  if (s.lm.gguf_tokenizer)
+    s.tok = std::make_unique<llm::Tokenizer>(llm::Tokenizer::from_data(*s.lm.gguf_tokenizer));
+  else if (std::filesystem::exists(s.lm.tokenizer_json))
+    s.tok = std::make_unique<llm::Tokenizer>(llm::Tokenizer::from_hf_json(s.lm.tokenizer_json));
+  else if (o.prompt_ids.empty())
+    throw std::runtime_error("'tokenizer' expected " + s.lm.tokenizer_json +
+                             " (or --prompt-ids), got no such file");
+  if (!o.ignore_eos) s.stops = stop_tokens(s.lm, o.model);
   std::cerr << "[tessel] " << s.lm.model->config().summary() << "\n[tessel] " << s.lm.format
             << " loaded in " << s.lm.load_seconds << " s on " << s.lm.model->backend().name()
             << "\n";
@@ -138,16 +146,26 @@ void print_summary(const Session& s, const llm::GenerateStats& st, size_t sequen
 }
 
 int run_command(const LlmOptions& o) {
+  if (o.prompts.empty() == o.prompt_ids.empty())
+    throw std::runtime_error("'prompt' expected --prompt or --prompt-ids, got " +
+                             std::string(o.prompts.empty() ? "neither" : "both"));
+  if (!o.prompt_ids.empty() && o.chat)
+    throw std::runtime_error("'chat' expected text prompts, got --prompt-ids");
   Session s = open_session(o);
-  if (o.prompts.empty()) throw std::runtime_error("tessel run: --prompt is required");
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& p : o.prompts)
     prompts.push_back(encode_turns(s, o, {{"user", p}}, o.chat));
+  for (const std::string& p : o.prompt_ids)
+    prompts.push_back(llm::parse_token_ids(p, s.lm.model->config().vocab_size));
   const int64_t ctx = std::min<int64_t>(o.context, s.lm.model->config().max_positions);
   llm::GenerateOptions g = gen_options(o, s);
+  llm::LogitsRecorder recorder(prompts.size(), s.lm.model->config().vocab_size);
+  if (!o.dump_logits.empty())
+    g.on_logits = [&recorder](size_t i, std::span<const float> l) { recorder.record(i, l); };
   llm::GenerateStats st;
-  const bool stream = prompts.size() == 1;
-  auto detok = [&](int32_t id) { return s.tok->decode_token(id); };
+  const bool ids_out = !o.prompt_ids.empty();
+  const bool stream = prompts.size() == 1 && !ids_out;
+  auto detok = [&](int32_t id) { return s.tok ? s.tok->decode_token(id) : std::string(); };
   for (auto& p : prompts)
     if (static_cast<int64_t>(p.size()) + g.max_tokens > ctx)
       g.max_tokens =
@@ -160,7 +178,13 @@ int run_command(const LlmOptions& o) {
                     })
                            : llm::StreamCallback(),
                     &st);
-  if (stream) {
+  if (ids_out) {
+    // One line of generated ids per sequence: what a checking script parses.
+    for (const auto& r : results) {
+      for (size_t t = 0; t < r.tokens.size(); ++t) std::cout << (t ? " " : "") << r.tokens[t];
+      std::cout << "\n";
+    }
+  } else if (stream) {
     std::cout << "\n";
   } else {
     for (size_t i = 0; i < results.size(); ++i)
@@ -170,6 +194,10 @@ int run_command(const LlmOptions& o) {
   for (size_t i = 0; i < results.size(); ++i)
     std::cerr << "[tessel] sequence " << i << ": " << results[i].tokens.size()
               << " tokens, finish: " << results[i].finish_reason << "\n";
+  if (!o.dump_logits.empty()) {
+    recorder.write_npy(o.dump_logits);
+    std::cerr << "[tessel] logits written to " << o.dump_logits << "\n";
+  }
   print_summary(s, st, results.size());
   return 0;
 }
@@ -221,7 +249,14 @@ void add_llm_commands(CLI::App& app, int& rc) {
   auto run_opts = std::make_shared<LlmOptions>();
   CLI::App* run = app.add_subcommand("run", "generate text with a Llama-family model");
   add_common_options(run, *run_opts);
-  run->add_option("--prompt,-p", run_opts->prompts, "prompt (repeat for a batch)")->required();
+  run->add_option("--prompt,-p", run_opts->prompts, "prompt (repeat for a batch)");
+  run->add_option("--prompt-ids", run_opts->prompt_ids,
+                  "token ids \"1,2,3\" instead of text (repeat for a batch); prints the "
+                  "generated ids, one line per sequence");
+  run->add_option("--dump-logits", run_opts->dump_logits,
+                  "write every step's float32 logits as .npy, shape (sequences, steps, vocab); "
+                  "NaN after a sequence ends");
+  run->add_flag("--ignore-eos", run_opts->ignore_eos, "do not stop at the model's EOS tokens");
   run->add_flag("--chat", run_opts->chat, "wrap the prompt in the model's chat template");
   run->callback([&rc, run_opts] {
     try {

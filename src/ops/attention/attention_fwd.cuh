@@ -35,6 +35,7 @@ struct FwdArgs {
   float softcap = 0.f;    // 0: none
   int window_left = -1;   // < 0: unlimited
   int window_right = -1;  // < 0: unlimited (causal already folded in as 0)
+  bool pingpong = true;   // WGMMA path: warpgroup ping-pong (set by the launcher)
 };
 
 // The WGMMA path; returns false (nothing launched) when the layout does not qualify.

@@ -13,8 +13,9 @@
 //                O += P V            P converted to T in registers; WGMMA with A from
 //                                    registers (RS), V read MN-major from shared memory
 //              then O / l (sinks joined in log2 space), written straight from registers.
-// The two consumer warpgroups run independently on the same stages, so one's softmax
-// overlaps the other's WGMMAs (no explicit ping-pong schedule yet: docs/attention.md).
+// Schedule (D = 64, 128; 3+ stages): tile n's QK^T is issued with tile n+1's PV (keys run
+// right to left), so the softmax of n overlaps that PV; the two warpgroups take turns
+// issuing (named-barrier ping-pong). D = 256 (2 stages) runs the steps in order.
 // Varlen: each CTA finds its sequence by a scan of cu_seqlens_q; the TMA views are shifted
 // by the sequence's first row (domain_offset); rows past the end belong to the next
 // sequence or are zero-filled by TMA and are masked (keys) or not stored (queries).
@@ -24,6 +25,8 @@
 #include <cutlass/numeric_types.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <cute/tensor.hpp>
 
 #include "ops/attention/attention_fwd.cuh"
@@ -41,8 +44,10 @@ struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
   static constexpr int BM = 128;  // 2 consumer warpgroups x 64 rows
-  static constexpr int BN = D == 256 ? 64 : 128;
-  static constexpr int Stages = D == 64 ? 4 : 2;
+  static constexpr int BN = D == 256 ? 64 : D == 128 ? 128 : 192;
+  static constexpr int Stages = D == 256 ? 2 : D == 128 ? 3 : 4;
+  // The overlapped schedule holds two stages per consumer; with 2 the loads would serialize.
+  static constexpr bool kOverlap = Stages >= 3;
   static constexpr int Consumers = 2;
   static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
   using SmemQ = SmemLayout<T, Major::K, BM, D, 1>;        // (BM, D, 1)
@@ -71,6 +76,16 @@ struct FwdConfig {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
   static_assert(kSmemBytes <= 232448, "shared memory per block");
 };
+
+// Named barriers of the ping-pong schedule (0 is __syncthreads): warpgroup w waits on
+// kPingPongBarrier0 + w, which the other warpgroup arrives at after issuing its WGMMAs.
+constexpr int kPingPongBarrier0 = 1;
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory");
+}
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -231,11 +246,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   if (n_hi > n_lo) {
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
-    PipeState<Stages> st;
-    mma_pv.accumulate_ = GMMA::ScaleOut::One;
-    for (int n = n_hi - 1; n >= n_lo; --n) {
-      pipe.consumer_wait(st);
-      const int stage = st.index();
+    const int row_lo = blk.m * BM, row_hi = blk.m * BM + BM - 1;
+    auto issue_qk = [&](int stage) {
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
@@ -245,15 +257,24 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_qk.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
-
+    };
+    auto issue_pv = [&](int stage) {
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < BN / 16; ++kb)
+        cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
+      warpgroup_commit_batch();
+    };
+    // Softcap, mask and online softmax of key tile n in place (S becomes P, fp32); the O
+    // rescale factors go to alpha (applied once the PV WGMMA reading O has finished).
+    auto softmax = [&](int n, float(&alpha)[2]) {
       if (capped) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = a.softcap * tanhf(tSrS(i) * cap_in);
       }
       const int col0 = n * BN;
-      const int row_lo = blk.m * BM, row_hi = blk.m * BM + BM - 1;
       const bool need_mask =
           col0 + BN > blk.skv ||
           (a.window_right >= 0 && col0 + BN - 1 > row_lo + offset + a.window_right) ||
@@ -273,7 +294,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           }
         }
       }
-
       CUTE_UNROLL
       for (int i1 = 0; i1 < 2; ++i1) {
         float mx = m_run[i1];
@@ -281,7 +301,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         for (int g = 0; g < BN / 8; ++g) mx = fmaxf(mx, fmaxf(S(0, i1, g), S(1, i1, g)));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float alpha = mx == -INFINITY ? 1.f : exp2f((m_run[i1] - mx) * mult);
+        alpha[i1] = mx == -INFINITY ? 1.f : exp2f((m_run[i1] - mx) * mult);
         const float m_scaled = mx == -INFINITY ? 0.f : mx * mult;
         float sum = 0.f;
         CUTE_UNROLL
@@ -291,31 +311,80 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           S(i0, i1, g) = p;
           sum += p;
         }
-        l_run[i1] = l_run[i1] * alpha + sum;
+        l_run[i1] = l_run[i1] * alpha[i1] + sum;
         m_run[i1] = mx;
-        CUTE_UNROLL
-        for (int g = 0; g < D / 8; ++g) {
-          O(0, i1, g) *= alpha;
-          O(1, i1, g) *= alpha;
-        }
+      }
+    };
+    auto rescale_and_convert = [&](const float(&alpha)[2]) {
+      CUTE_UNROLL
+      for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+      for (int g = 0; g < D / 8; ++g) {
+        O(0, i1, g) *= alpha[i1];
+        O(1, i1, g) *= alpha[i1];
       }
       CUTE_UNROLL
       for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
       for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
       for (int i0 = 0; i0 < 2; ++i0)
         tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<T>(S(i0, i1, g));
+    };
 
-      warpgroup_fence_operand(tOrO);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int kb = 0; kb < BN / 16; ++kb)
-        cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
-      warpgroup_commit_batch();
+    // Overlap (Stages >= 3): tile n's QK^T is issued together with the previous tile's PV,
+    // and tile n's softmax runs while that PV is in flight (one stage stays held for it).
+    // Ping-pong: the two warpgroups take turns issuing their WGMMAs (named barriers), so
+    // one's softmax lines up with the other's GEMMs instead of both contending at once.
+    const bool pingpong = Cfg::kOverlap && a.pingpong;
+    if (pingpong && wgc == 1) named_barrier_arrive(kPingPongBarrier0);  // warpgroup 0 first
+    PipeState<Stages> st;
+    mma_pv.accumulate_ = GMMA::ScaleOut::One;
+    float alpha[2];
+    if constexpr (!Cfg::kOverlap) {
+      for (int n = n_hi - 1; n >= n_lo; --n) {
+        pipe.consumer_wait(st);
+        issue_qk(st.index());
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        softmax(n, alpha);
+        rescale_and_convert(alpha);
+        issue_pv(st.index());
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+        pipe.consumer_release(st);
+        ++st;
+      }
+    } else {
+      // The first tile alone (nothing to overlap); then no branch between a WGMMA's issue
+      // and its wait, or ptxas serializes the WGMMAs (C7513).
+      pipe.consumer_wait(st);
+      if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
+      issue_qk(st.index());
+      if (pingpong) named_barrier_arrive(kPingPongBarrier0 + 1 - wgc);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      softmax(n_hi - 1, alpha);
+      rescale_and_convert(alpha);
+      PipeState<Stages> st_prev = st;
+      ++st;
+      for (int n = n_hi - 2; n >= n_lo; --n) {
+        pipe.consumer_wait(st);
+        if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
+        issue_qk(st.index());
+        issue_pv(st_prev.index());
+        if (pingpong) named_barrier_arrive(kPingPongBarrier0 + 1 - wgc);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
+        softmax(n, alpha);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+        pipe.consumer_release(st_prev);
+        rescale_and_convert(alpha);
+        st_prev = st;
+        ++st;
+      }
+      issue_pv(st_prev.index());
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      pipe.consumer_release(st);
-      ++st;
+      pipe.consumer_release(st_prev);
     }
   }
 
@@ -383,6 +452,13 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
   using namespace cute;
   auto gv = gmem_rows<T, true>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb);
   auto tma_v = make_tma_load<1>(gv, typename Cfg::SmemV{});
+  // TESSEL_ATTENTION_PINGPONG=0 turns the ping-pong schedule off (ablation, debugging).
+  static const bool pingpong = [] {
+    const char* e = std::getenv("TESSEL_ATTENTION_PINGPONG");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  FwdArgs args = a;
+  args.pingpong = pingpong;
   auto kernel = attention_fwd_kernel<Cfg, decltype(tma_q), decltype(tma_k), decltype(tma_v)>;
   static bool configured = false;  // per instantiation: the attribute outlives the call
   if (!configured) {
@@ -396,7 +472,7 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
     grid = dim3(static_cast<unsigned>((a.sq + Cfg::BM - 1) / Cfg::BM + a.batches), a.hq, 1);
   else
     grid = dim3(static_cast<unsigned>((a.sq + Cfg::BM - 1) / Cfg::BM), a.hq, a.batches);
-  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_k, tma_v, a);
+  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_k, tma_v, args);
 }
 
 template <class T>

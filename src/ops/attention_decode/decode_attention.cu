@@ -13,9 +13,13 @@ namespace {
 using decode::Cfg;
 using decode::KernelArgs;
 
-// 4 warps; 64-token tiles (32 at D = 256), 3-4 stages: 68-110 KB of shared memory, 2-3 CTAs/SM.
+// 4 warps; 64-token tiles (32 at D = 256), 2-4 stages: 68-110 KB of shared memory, 2-3 CTAs/SM.
+// D = 128 with 16 rows: 2 stages (70 KB, 3 CTAs/SM) beat 3 stages (2 CTAs/SM) on H100: 0.97 vs
+// 0.90 of the copy bandwidth contiguous, 0.94 vs 0.76 with 16-token pages (see
+// docs/decode_attention.md); 32 rows need 3 stages (78 KB would not fit 3 CTAs anyway).
 template <class T, int D, int MT, bool PAGED>
-using GqaCfg = Cfg<T, D, D, D, false, MT, 4, D == 256 ? 32 : 64, D == 64 ? 4 : 3, PAGED>;
+using GqaCfg = Cfg<T, D, D, D, false, MT, 4, D == 256 ? 32 : 64,
+                   D == 64 ? 4 : (D == 128 && MT == 1 ? 2 : 3), PAGED>;
 
 template <class T, int D>
 void dispatch_mt(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) {

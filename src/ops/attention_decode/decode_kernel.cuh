@@ -120,7 +120,7 @@ __device__ __forceinline__ int swz(int row, int c) {
 }
 
 template <class T_, int DQK_, int DQ0_, int DV_, bool KV_SHARED_, int MT_, int NW_, int TILE_,
-          int STAGES_, bool PAGED_>
+          int STAGES_, bool PAGED_, int KSPLIT_ = 1>
 struct Cfg {
   using T = T_;
   static constexpr int DQK = DQK_, DQ0 = DQ0_, DV = DV_, MT = MT_, NW = NW_, TILE = TILE_,
@@ -130,12 +130,17 @@ struct Cfg {
   static constexpr int CPR_K = DQK / 8, CPR_V = DV / 8, CPR_P = TILE / 8;
   static constexpr int SLABS = TILE / 16, UNITS = SLABS * MT, UPW = (UNITS + NW - 1) / NW;
   static constexpr int COLS = DV / NW, NT_PV = COLS / 8;
+  // KSPLIT > 1: fewer S units than warps; every warp takes 1/KSPLIT of the QK dims of one unit
+  // and the partial S fragments meet in shared memory (MLA: 576 dims, 2 units, 8 warps).
+  static constexpr int KSPLIT = KSPLIT_;
   static constexpr int STAGE_CHUNKS = TILE * (CPR_K + (KV_SHARED ? 0 : CPR_V));
   static constexpr size_t SMEM = 16ull * (ROWS * CPR_K + STAGES * STAGE_CHUNKS + ROWS * CPR_P) +
-                                 4ull * SLABS * ROWS + (PAGED ? 8ull * STAGES * TILE : 0);
+                                 4ull * SLABS * ROWS + (PAGED ? 8ull * STAGES * TILE : 0) +
+                                 4ull * (KSPLIT - 1) * UNITS * 8 * 32;
   static_assert(!PAGED || TILE <= THREADS);
   static_assert(DQK % 16 == 0 && DV % 16 == 0 && TILE % 16 == 0 && NT_PV % 2 == 0);
   static_assert(!KV_SHARED || DV <= DQK);
+  static_assert(KSPLIT == 1 || (UNITS * KSPLIT == NW && DQK / 16 >= KSPLIT));
 };
 
 // (page, slot in page) of token pos of sequence b; page -1 past the end of the range (the load
@@ -169,6 +174,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   // Paged: (page, slot) of every token of the tiles in flight, resolved one iteration before
   // the tile's loads are issued (the block-table latency hides behind a tile of compute).
   int2* s_pg = reinterpret_cast<int2*>(s_red + SLABS * ROWS);
+  float* s_spart = reinterpret_cast<float*>(s_pg + (C::PAGED ? STAGES * TILE : 0));
+  constexpr int KSPLIT = C::KSPLIT;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rb = blockIdx.x % a.row_blocks, split = blockIdx.x / a.row_blocks;
@@ -181,6 +188,24 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   const int begin = split * chunk;
   const int end = min(begin + chunk, len_ok);
   const int ntiles = end > begin ? (end - begin + TILE - 1) / TILE : 0;
+  // Tile order: the i-th tile processed is tile (i + rot) mod ntiles of the range. The same for
+  // every KV head / row block of (b, split) and for paged and contiguous caches (bit-identical
+  // results); a hashed start spreads the concurrent CTAs over the cache instead of walking all
+  // sequences in lockstep at the same offset (equal offsets of power-of-two sized sequences
+  // collide in the same DRAM channels).
+  int rot = 0;
+  if (ntiles > 1)
+    rot = static_cast<int>(((static_cast<uint32_t>(b) * 0x9E3779B1u) ^
+                            (static_cast<uint32_t>(split) * 0x85EBCA77u)) >>
+                           8) %
+          ntiles;
+  // First token of the i-th processed tile; `end` (nothing valid) for i >= ntiles.
+  auto tile_start = [&](int i) {
+    if (i >= ntiles) return end;
+    int t = i + rot;
+    if (t >= ntiles) t -= ntiles;
+    return begin + t * TILE;
+  };
 
   // ---- Q rows of this CTA into shared memory (zero rows past rows_total) ----
   for (int idx = tid; idx < ROWS * CPR_K; idx += C::THREADS) {
@@ -251,12 +276,12 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 
   if constexpr (C::PAGED) {  // pages of tiles 0 .. STAGES-1 (slot = tile % STAGES)
     for (int idx = tid; idx < STAGES * TILE; idx += C::THREADS)
-      s_pg[idx] = page_of(a, b, begin + idx, end, bad);
+      s_pg[idx] = page_of(a, b, tile_start(idx / TILE) + idx % TILE, end, bad);
     __syncthreads();
   }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < ntiles) load_tile(st, begin + st * TILE);
+    if (st < ntiles) load_tile(st, tile_start(st));
     cp_async_commit();
   }
 
@@ -266,24 +291,24 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     __syncthreads();  // tile `it` visible; tile it-1 fully consumed
     {
       const int nx = it + STAGES - 1;
-      if (nx < ntiles) load_tile(nx % STAGES, begin + nx * TILE);
+      if (nx < ntiles) load_tile(nx % STAGES, tile_start(nx));
       cp_async_commit();
     }
     // Pages of tile it + STAGES: looked up now, stored after this tile's compute into the slot
     // of tile `it` (its loads were issued long ago).
     int2 next_pg = make_int2(-1, 0);
-    if (C::PAGED && tid < TILE)
-      next_pg = page_of(a, b, begin + (it + STAGES) * TILE + tid, end, bad);
+    if (C::PAGED && tid < TILE) next_pg = page_of(a, b, tile_start(it + STAGES) + tid, end, bad);
     const uint4* s_k = s_kv + (it % STAGES) * C::STAGE_CHUNKS;
     const uint4* s_v = C::KV_SHARED ? s_k : s_k + TILE * CPR_K;
-    const int t0 = begin + it * TILE;
+    const int t0 = tile_start(it);
 
     // ---- S phase ----
     float sacc[UPW][2][4];
 #pragma unroll
     for (int u = 0; u < UPW; ++u) {
-      const int unit = warp + u * NW;
-      if (UNITS % NW != 0 && unit >= UNITS) continue;
+      const int unit = KSPLIT > 1 ? warp % UNITS : warp + u * NW;
+      if (KSPLIT == 1 && UNITS % NW != 0 && unit >= UNITS) continue;
+      const int ks = KSPLIT > 1 ? warp / UNITS : 0;
       const int slab = unit % SLABS, mt = unit / SLABS;
       int lim[2];
 #pragma unroll
@@ -297,13 +322,29 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 #pragma unroll
       for (int n = 0; n < 2; ++n)
         sacc[u][n][0] = sacc[u][n][1] = sacc[u][n][2] = sacc[u][n][3] = 0.f;
+      constexpr int KSTEPS = C::DQK / 16;
 #pragma unroll 4
-      for (int kk = 0; kk < C::DQK / 16; ++kk) {
+      for (int kk = ks * KSTEPS / KSPLIT; kk < (ks + 1) * KSTEPS / KSPLIT; ++kk) {
         uint32_t kb[4], qa[4];
         ldsm_x4(kb, s_k + swz<CPR_K>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
         ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
         mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
         mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
+      }
+      if constexpr (KSPLIT > 1) {  // warps ks > 0 hand their partial S to the unit's warp ks = 0
+        if (ks > 0) {
+          float* dst = s_spart + ((ks - 1) * UNITS + unit) * 256 + lane;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dst[e * 32] = sacc[u][e >> 2][e & 3];
+        }
+        __syncthreads();
+        if (ks > 0) continue;
+#pragma unroll
+        for (int j = 1; j < KSPLIT; ++j) {
+          const float* src = s_spart + ((j - 1) * UNITS + unit) * 256 + lane;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) sacc[u][e >> 2][e & 3] += src[e * 32];
+        }
       }
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll

@@ -15,10 +15,12 @@ using decode::KernelArgs;
 
 constexpr int kLatent = 512, kRope = 64, kRow = kLatent + kRope;
 
-// 16 rows: 2 stages of 36 KB (92 KB, 2 CTAs/SM: one CTA's S phase overlaps the other's);
-// 64 rows: 3 stages + a 72 KB Q tile (185 KB, 1 CTA/SM).
+// 16 rows: 2 stages of 36 KB (98 KB, 2 CTAs/SM), the 576-dim S product of each of the 2 units
+// split over 4 warps (KSPLIT 4: all 8 warps busy; 0.83 vs 0.68-0.76 of the copy bandwidth with 2
+// busy warps); 64 rows: 3 stages + a 72 KB Q tile (185 KB, 1 CTA/SM), 8 units for 8 warps.
 template <class T, int MT, bool PAGED>
-using MlaCfg = decode::Cfg<T, kRow, kLatent, kLatent, true, MT, 8, 32, MT == 1 ? 2 : 3, PAGED>;
+using MlaCfg = decode::Cfg<T, kRow, kLatent, kLatent, true, MT, 8, 32, MT == 1 ? 2 : 3, PAGED,
+                           MT == 1 ? 4 : 1>;
 
 template <class T>
 void dispatch(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) {

@@ -4,7 +4,8 @@
 // Kernels are instantiated in gemm_bf16.cu and gemm_f16.cu (one per input dtype, so a 2-core
 // build compiles them in parallel): {B (N,K), B (K,N)} x {128x256 cluster 2x1, 128x128,
 // 128x64 tiles} each; output dtype, bias, activation, C, batching and split-K are run-time
-// switches inside one kernel per combination.
+// switches inside one kernel per combination. Plus, for B (N,K) only, 128x64 tiles in
+// clusters of 2 along N (A multicast) and 64x128 tiles (small M).
 #include <cutlass/numeric_types.h>
 
 #include <algorithm>
@@ -39,6 +40,8 @@ using tile::sm90::OutType;
 using gemm_detail::kBig;
 using gemm_detail::kMid;
 using gemm_detail::kSmall;
+using gemm_detail::kSmallN2;
+using gemm_detail::kFlat;
 
 // Tuning hooks (gemm_detail::set_tuning): forced tile config / splits / raster group.
 int g_force_cfg = -1, g_force_splits = 0, g_force_group = 0;
@@ -55,10 +58,12 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // "small M" sweep):
 //  * 128x256 (cluster 2x1) when its cluster tiles fill every cluster slot;
 //  * else 128x128 when its tiles fill the machine;
-//  * else (few output tiles) 128x64 tiles when M <= 256 (more CTAs streaming B; A is small),
-//    else 128x128, with S = min(#SMs / tiles, K blocks / 16, 16) K slices;
+//  * else (few output tiles), with S = min(#SMs / CTA tiles, K blocks / 16, 16) K slices:
+//    B (N,K): 64x128 tiles when M <= 64 (half the MMA rows of 128x64 would be padding),
+//    128x64 tiles in clusters of 2 along N sharing A when M <= 512, else 128x128;
+//    B (K,N): 128x64 tiles when M <= 256, else 128x128;
 //  * raster groups of 8 cluster-tile rows.
-Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, int split_k, int sms) {
+Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, int sms) {
   Plan pl;
   const int64_t tm = cdiv(M, 128), kt = cdiv(K, 64);
   const int64_t cluster_tiles = cdiv(tm, 2) * cdiv(N, 256) * L;
@@ -70,8 +75,15 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, int split_k, int sms) 
   } else if (t128 >= sms) {
     pl.cfg = kMid;
   } else {
-    pl.cfg = tm <= 2 ? kSmall : kMid;
-    const int64_t tiles = pl.cfg == kSmall ? t64 : t128;
+    int64_t tiles = t128;
+    pl.cfg = kMid;
+    if (kn) {
+      if (tm <= 2) pl.cfg = kSmall, tiles = t64;
+    } else if (M <= 64) {
+      pl.cfg = kFlat, tiles = cdiv(N, 128) * L;
+    } else if (tm <= 4) {
+      pl.cfg = kSmallN2, tiles = 2 * tm * cdiv(N, 128) * L;
+    }
     pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({16, sms / tiles, kt / 16})));
   }
   if (split_k >= 1 && pl.cfg != kBig) pl.splits = split_k;
@@ -235,7 +247,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   }
 
   const int sms = detail::current_sm_count();
-  Plan pl = plan_for(M, N, K, L, opt.split_k, sms);
+  Plan pl = plan_for(M, N, K, L, kn, opt.split_k, sms);
   if (g_force_cfg >= 0) pl.cfg = g_force_cfg;
   if (g_force_splits > 0) pl.splits = static_cast<int>(std::min<int64_t>(g_force_splits, cdiv(K, 64)));
   if (g_force_group > 0) pl.group = g_force_group;
@@ -307,10 +319,11 @@ float* splitk_partials(cudaStream_t stream, size_t bytes) {
 }
 
 // Tuning hooks for benchmarks (not public API): cfg 0 = 128x256 cluster, 1 = 128x128,
-// 2 = 128x64 (-1: heuristic); splits (0: heuristic); cluster-tile rows per raster group
+// 2 = 128x64, 3 = 128x64 in clusters of 2 along N, 4 = 64x128 (3 and 4: B (N,K); B (K,N)
+// runs 2) (-1: heuristic); splits (0: heuristic); cluster-tile rows per raster group
 // (0: default 8).
 void set_tuning(int cfg, int splits, int group) {
-  g_force_cfg = cfg >= 0 && cfg <= 2 ? cfg : -1;
+  g_force_cfg = cfg >= 0 && cfg <= 4 ? cfg : -1;
   g_force_splits = splits > 0 ? splits : 0;
   g_force_group = group > 0 ? group : 0;
 }

@@ -1,8 +1,8 @@
 // Hopper GEMM kernel: D(M,N) = alpha * A(M,K) · B + beta * C, fp32 accumulation.
 //
 // One CTA per SM (persistent), clusters of ClusterM CTAs stacked along M that share each B
-// tile (TMA multicast: each CTA loads 1/ClusterM of it for all), 1 producer + C consumer
-// warpgroups per CTA:
+// tile, or of ClusterN CTAs side by side along N that share each A tile (TMA multicast: each
+// CTA loads 1/cluster of it for all), 1 producer + C consumer warpgroups per CTA:
 //   producer : one elected thread walks the tile schedule and TMA-loads (BM x BK) A and
 //              (BN x BK) B tiles into a Stages-deep 128B-swizzled ring (tile/sm90/tma.cuh,
 //              pipeline.cuh); it runs ahead into the next tile while consumers store.
@@ -42,7 +42,9 @@ struct GemmConfig {
   static constexpr int Consumers = BM / 64;
   static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
   // Split-K needs registers for the running sum next to the accumulators: BN <= 128 only.
-  static constexpr bool SplitK = BN <= 128 && ClusterSize == 1;
+  // With ClusterN the CTAs of a cluster take the same K slice of side-by-side tiles, each
+  // reducing its own tile.
+  static constexpr bool SplitK = BN <= 128 && ClusterM == 1;
   using SmemA = SmemLayout<T, Major::K, BM, BK, Stages>;
   using SmemB = SmemLayout<T, MB, BN, BK, Stages>;
   using Mma = typename WgmmaTiled<T, MB, BM, BN, BK, Consumers>::TiledMma;
@@ -51,6 +53,7 @@ struct GemmConfig {
     alignas(1024) T a[cute::cosize_v<SmemA>];
     alignas(1024) T b[cute::cosize_v<SmemB>];
     alignas(1024) char epi[Consumers][2][kStoreBoxBytes];  // output staging boxes
+    alignas(16) float bias[BN];                            // the tile's bias (f32)
     alignas(16) typename Pipeline::SharedStorage pipe;
     int split_last;  // split-K: this CTA sums the tile
   };
@@ -65,8 +68,8 @@ struct GemmParams {
   bool a_batched = false, b_batched = false;  // else one A / B for every batch
   int group = 8;                              // tile rows per raster group
   int splits = 1;                             // K slices per tile (SplitK configs)
-  float* partials = nullptr;                  // split-K: tiles x splits x BM x BN floats
-  int* counters = nullptr;                    // split-K: one zeroed int per tile
+  float* partials = nullptr;                  // split-K: CTA tiles x splits x BM x BN floats
+  int* counters = nullptr;                    // split-K: one zeroed int per CTA tile
   EpilogueParams epi;
 };
 
@@ -111,6 +114,10 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   if (wg == 0) {  // ---- producer ----
     producer_registers();
     if (warp_in_warpgroup() == 0 && elect_one()) {
+      // Descriptors into the cache now, not on the first copy / store of the critical path.
+      cute::prefetch_tma_descriptor(tma_a.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(tma_b.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(&tma_d);
       // gA(_, m_tile, k_tile, batch), dA(_, stage)
       auto [gA, dA] = tma_tiles<CN>(tma_a, sA, p.m, p.k, p.a_batched ? p.batches : 1, rank_n);
       auto [gB, dB] = tma_tiles<CM>(tma_b, sB, p.n, p.k, p.b_batched ? p.batches : 1, rank_m);
@@ -144,10 +151,21 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     Tensor acc = partition_fragment_C(mma, BlockMN{});
     const int wgc = wg - 1;  // consumer warpgroup: rows 64*wgc .. 64*wgc+63 of the tile
     EpilogueCtx ectx{&tma_d, smem.epi[wgc][0], 0, ctid % kWarpgroupThreads, 1 + wgc};
+    constexpr int CT = Cfg::Consumers * kWarpgroupThreads;
+    constexpr int BV = (Cfg::BN + CT - 1) / CT;
+    const bool has_bias = p.epi.bias != nullptr;
     PipeState<Cfg::Stages> st;
     for (int64_t u = first; u < sched.units(); u += stride) {
       const TileCoord tc = sched.coord(u);
       const int m_tile = tc.m * CM + rank_m, n_tile = tc.n * CN + rank_n;
+      // The tile's bias, loaded now so that the mainloop hides the latency; staged in shared
+      // memory before the epilogue (per-box global loads there stalled every box).
+      float bias_pre[BV];
+      CUTE_UNROLL
+      for (int v = 0; v < BV; ++v) {
+        const int cl = ctid + v * CT, col = n_tile * Cfg::BN + cl;
+        bias_pre[v] = has_bias && cl < Cfg::BN && col < p.n ? load_bias(p.epi, col) : 0.f;
+      }
       int kb0, kb1;
       k_range(tc.split, kb0, kb1);
       const int nk = kb1 - kb0;
@@ -171,9 +189,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         if (splits > 1) {
           // Partial sums in fragment order: float4 v of consumer thread t at [v][t].
           constexpr int V = decltype(size(acc))::value / 4;
-          constexpr int CT = Cfg::Consumers * kWarpgroupThreads;
           constexpr int64_t kTile = int64_t{Cfg::BM} * Cfg::BN;
-          float4* ws = reinterpret_cast<float4*>(p.partials + tc.tile * splits * kTile);
+          const int64_t slot = tc.tile * CS + rank;  // this CTA's tile of the cluster tile
+          float4* ws = reinterpret_cast<float4*>(p.partials + slot * splits * kTile);
           float4* mine = ws + tc.split * (kTile / 4);
           CUTE_UNROLL
           for (int v = 0; v < V; ++v)
@@ -181,8 +199,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           __threadfence();
           asm volatile("bar.sync %0, %1;" ::"n"(kConsumersBarrier), "n"(CT) : "memory");
           if (ctid == 0) {
-            const int last = atomicAdd(p.counters + tc.tile, 1) == splits - 1;
-            if (last) atomicExch(p.counters + tc.tile, 0);  // leave the workspace zeroed
+            const int last = atomicAdd(p.counters + slot, 1) == splits - 1;
+            if (last) atomicExch(p.counters + slot, 0);  // leave the workspace zeroed
             smem.split_last = last;
           }
           asm volatile("bar.sync %0, %1;" ::"n"(kConsumersBarrier), "n"(CT) : "memory");
@@ -215,8 +233,18 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           warpgroup_fence_operand(acc);
         }
       }
+      if (has_bias) {
+        // Both warpgroups have read the previous tile's bias (their epilogues are done).
+        asm volatile("bar.sync %0, %1;" ::"n"(kConsumersBarrier), "n"(CT) : "memory");
+        CUTE_UNROLL
+        for (int v = 0; v < BV; ++v)
+          if (ctid + v * CT < Cfg::BN) smem.bias[ctid + v * CT] = bias_pre[v];
+        asm volatile("bar.sync %0, %1;" ::"n"(kConsumersBarrier), "n"(CT) : "memory");
+      }
       const int row0 = m_tile * Cfg::BM + 64 * wgc;
-      if (row0 < p.m) store_tile<Cfg::BN>(acc, p.epi, ectx, row0, n_tile * Cfg::BN, tc.batch, p.m, p.n);
+      if (row0 < p.m)
+        store_tile<Cfg::BN>(acc, p.epi, ectx, row0, n_tile * Cfg::BN, tc.batch, p.m, p.n,
+                            has_bias ? smem.bias : nullptr);
     }
     store_drain(ectx);
   }
@@ -261,7 +289,7 @@ cudaError_t launch_gemm(const GemmOperands& ops, const CUtensorMap& tma_d, GemmP
   cfg.dynamicSmemBytes = Cfg::kSmemBytes;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = CS > 1 ? 1 : 0;  // a plain launch without clusters
 
   // Per process and device-independent enough for one kind of GPU: first call sets it up.
   static int max_clusters = 0;

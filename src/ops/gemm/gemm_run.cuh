@@ -21,9 +21,19 @@ using MidTile = GemmConfig<T, MB, 128, 128, 64, 6, 1>;
 template <class T, Major MB>
 using SmallTile = GemmConfig<T, MB, 128, 64, 64, 8, 1>;
 
-// (GemmConfig's ClusterN — CTAs along N sharing A, for small M — is not instantiated yet:
-// written, never measured; docs/gemm.md.)
-enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2 };
+// 128x64 tiles in clusters of 2 along N (A multicast), with split-K: small M, where every
+// CTA would otherwise re-read the whole A panel through L2 (docs/gemm.md, log step 8).
+// B (N,K) only; B (K,N) runs SmallTile instead.
+template <class T>
+using SmallTileN2 = GemmConfig<T, Major::K, 128, 64, 64, 8, 1, 2>;
+
+// 64x128 tiles, one consumer warpgroup: M <= 64 (128-row tiles would be half padding).
+// B (N,K) only; B (K,N) runs SmallTile instead. (At M = 128 it lost to 128x64 by 6-11 %
+// although 2/3 of each stage is weight instead of 1/3: docs/gemm.md, log step 12.)
+template <class T>
+using FlatTile = GemmConfig<T, Major::K, 64, 128, 64, 8, 1>;
+
+enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2, kSmallN2 = 3, kFlat = 4 };
 
 // Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu).
 float* splitk_partials(cudaStream_t stream, size_t bytes);
@@ -32,10 +42,13 @@ template <class Cfg>
 void launch(const GemmOperands& ops, const CUtensorMap& tma_d, GemmParams p, int sms,
             cudaStream_t stream) {
   if (Cfg::SplitK && p.splits > 1) {
-    const TileScheduler sched(p.m, p.n, Cfg::BM, Cfg::BN, p.group, p.batches, p.splits);
-    p.partials = splitk_partials(stream, static_cast<size_t>(sched.units()) * Cfg::BM * Cfg::BN * sizeof(float));
+    // Scheduler tiles are cluster tiles; each CTA of a cluster reduces its own tile.
+    constexpr size_t CS = Cfg::ClusterSize;
+    const TileScheduler sched(p.m, p.n, Cfg::BM * Cfg::ClusterM, Cfg::BN * Cfg::ClusterN, p.group,
+                              p.batches, p.splits);
+    p.partials = splitk_partials(stream, static_cast<size_t>(sched.units()) * CS * Cfg::BM * Cfg::BN * sizeof(float));
     p.counters = static_cast<int*>(
-        detail::stream_workspace(stream, static_cast<size_t>(sched.tiles()) * sizeof(int)));
+        detail::stream_workspace(stream, static_cast<size_t>(sched.tiles()) * CS * sizeof(int)));
   }
   TESSEL_CUDA_CHECK((launch_gemm<Cfg>(ops, tma_d, p, sms, stream)));
 }
@@ -47,12 +60,14 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
     switch (cfg) {
       case kBig: launch<BigTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       case kMid: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
-      default: launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
+      default: launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;  // kSmall, kSmallN2, kFlat
     }
   } else {
     switch (cfg) {
       case kBig: launch<BigTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
       case kMid: launch<MidTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
+      case kSmallN2: launch<SmallTileN2<T>>(ops, tma_d, p, sms, stream); break;
+      case kFlat: launch<FlatTile<T>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
     }
   }

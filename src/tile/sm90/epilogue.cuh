@@ -51,6 +51,13 @@ struct EpilogueParams {
   Act act = Act::none;
 };
 
+// Bias of column `col` as f32 (bias is f32 or d's dtype).
+__device__ __forceinline__ float load_bias(const EpilogueParams& p, int col) {
+  if (p.bias_f32) return static_cast<const float*>(p.bias)[col];
+  if (p.out == OutType::f16) return __half2float(static_cast<const __half*>(p.bias)[col]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]);
+}
+
 // Scalar activation (K = 0 path and references; the tile epilogue uses the modes below).
 __device__ __forceinline__ float activate(float x, Act a) {
   switch (a) {
@@ -130,12 +137,27 @@ struct OutPair<__nv_bfloat16> {
 // time for a rarely used mode.
 static __device__ __noinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
 
-template <EpiMode MODE>
+// tanh.approx.f32 (one MUFU op, relative error ~2^-11): below the rounding of 16-bit outputs.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// kTanh (16-bit outputs): v·σ(u) = h + h·tanh(u/2) with h = v/2 — one MUFU op and ~6
+// instructions; k1, k3 are then already halved. Else (f32 outputs) __expf + __fdividef, two
+// MUFU ops, accurate to a few fp32 ulps.
+template <EpiMode MODE, bool kTanh>
 __device__ __forceinline__ float apply(float v, float k1, float k3) {
   if constexpr (MODE == EpiMode::relu) return fmaxf(v, 0.f);
-  else if constexpr (MODE == EpiMode::sigmoid)
-    return __fdividef(v, 1.f + __expf(-v * fmaf(k3, v * v, k1)));
-  else if constexpr (MODE == EpiMode::erf) return gelu_erf(v);
+  else if constexpr (MODE == EpiMode::sigmoid) {
+    if constexpr (kTanh) {
+      const float h = 0.5f * v;
+      return fmaf(h, tanh_approx(v * fmaf(k3, v * v, k1)), h);
+    } else {
+      return __fdividef(v, 1.f + __expf(-v * fmaf(k3, v * v, k1)));
+    }
+  } else if constexpr (MODE == EpiMode::erf) return gelu_erf(v);
   else return v;
 }
 
@@ -153,10 +175,11 @@ struct EpilogueCtx {
   int barrier;              // named barrier id of the warpgroup
 };
 
+// sbias: the tile's BN bias values as f32 in shared memory (0 past N), or nullptr.
 template <class TOut, int BN, EpiMode MODE, class Acc>
 __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpilogueParams& p,
                                               EpilogueCtx& e, int row0, int col0, int batch,
-                                              int M, int N, float k1, float k3) {
+                                              int M, int N, const float* sbias, float k1, float k3) {
   constexpr int ES = sizeof(TOut);
   constexpr int CW = 128 / ES;  // columns per box
   constexpr int VE = 16 / ES;   // elements per 16-byte vector
@@ -166,22 +189,21 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
   const int sw = lane >> 2;                       // r % 8: the swizzle of rows r and r + 8
   const int q4 = lane & 3;
   const bool use_c = p.beta != 0.f;
-  const bool has_bias = p.bias != nullptr;
+  constexpr bool kTanh = ES == 2;
+  if constexpr (kTanh) {
+    k1 *= 0.5f;
+    k3 *= 0.5f;
+  }
   CUTE_UNROLL
   for (int c = 0; c < BN / CW; ++c) {
     const int cc0 = col0 + c * CW;
     if (cc0 >= N) break;
-    // Loads first (bias pairs, C vectors: coalesced rows of 128 bytes), so their latency
-    // overlaps the wait for the box.
+    // Loads first (bias pairs from shared memory; C vectors: coalesced rows of 128 bytes),
+    // so their latency overlaps the wait for the box.
     float2 bv[CW / 8];
     CUTE_UNROLL
-    for (int jl = 0; jl < CW / 8; ++jl) {
-      const int col = cc0 + 8 * jl + 2 * q4;  // N is a multiple of 8: col < N covers col + 1
-      bv[jl] = make_float2(0.f, 0.f);
-      if (has_bias && col < N)
-        bv[jl] = p.bias_f32 ? *reinterpret_cast<const float2*>(static_cast<const float*>(p.bias) + col)
-                            : OutPair<TOut>::load(static_cast<const TOut*>(p.bias) + col);
-    }
+    for (int jl = 0; jl < CW / 8; ++jl)
+      bv[jl] = sbias ? *reinterpret_cast<const float2*>(sbias + c * CW + 8 * jl + 2 * q4) : make_float2(0.f, 0.f);
     uint4 cvec[4];
     if (use_c) {
       CUTE_UNROLL
@@ -202,8 +224,8 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
       const int j = c * (CW / 8) + jl;
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const float x = apply<MODE>(fmaf(p.alpha, acc(4 * j + 2 * h), bv[jl].x), k1, k3);
-        const float y = apply<MODE>(fmaf(p.alpha, acc(4 * j + 2 * h + 1), bv[jl].y), k1, k3);
+        const float x = apply<MODE, kTanh>(fmaf(p.alpha, acc(4 * j + 2 * h), bv[jl].x), k1, k3);
+        const float y = apply<MODE, kTanh>(fmaf(p.alpha, acc(4 * j + 2 * h + 1), bv[jl].y), k1, k3);
         const int rr = r + 8 * h;
         int off;
         if constexpr (ES == 2) off = rr * 128 + ((jl ^ sw) << 4) + 4 * q4;
@@ -232,28 +254,30 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
 
 template <class TOut, int BN, class Acc>
 __device__ __forceinline__ void store_tile_out(const Acc& acc, const EpilogueParams& p, EpilogueCtx& e,
-                                               int row0, int col0, int batch, int M, int N) {
+                                               int row0, int col0, int batch, int M, int N,
+                                               const float* sb) {
   switch (p.act) {
-    case Act::none: store_tile_as<TOut, BN, EpiMode::linear>(acc, p, e, row0, col0, batch, M, N, 0.f, 0.f); break;
-    case Act::relu: store_tile_as<TOut, BN, EpiMode::relu>(acc, p, e, row0, col0, batch, M, N, 0.f, 0.f); break;
+    case Act::none: store_tile_as<TOut, BN, EpiMode::linear>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f); break;
+    case Act::relu: store_tile_as<TOut, BN, EpiMode::relu>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f); break;
     case Act::gelu_tanh:
-      store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, 1.5957691216057308f,
+      store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, sb, 1.5957691216057308f,
                                                 0.07135481627260025f);
       break;
-    case Act::silu: store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, 1.f, 0.f); break;
-    case Act::gelu: store_tile_as<TOut, BN, EpiMode::erf>(acc, p, e, row0, col0, batch, M, N, 0.f, 0.f); break;
+    case Act::silu: store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, sb, 1.f, 0.f); break;
+    case Act::gelu: store_tile_as<TOut, BN, EpiMode::erf>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f); break;
   }
 }
 
 // acc: the warpgroup's 64 x BN fp32 accumulators; row0/col0: the warpgroup's first output
-// row and column (row0 < M).
+// row and column (row0 < M); sbias: the tile's bias (shared memory, f32) or nullptr.
 template <int BN, class Acc>
 __device__ __forceinline__ void store_tile(const Acc& acc, const EpilogueParams& p, EpilogueCtx& e,
-                                           int row0, int col0, int batch, int M, int N) {
+                                           int row0, int col0, int batch, int M, int N,
+                                           const float* sbias) {
   switch (p.out) {
-    case OutType::f32: store_tile_out<float, BN>(acc, p, e, row0, col0, batch, M, N); break;
-    case OutType::f16: store_tile_out<__half, BN>(acc, p, e, row0, col0, batch, M, N); break;
-    case OutType::bf16: store_tile_out<__nv_bfloat16, BN>(acc, p, e, row0, col0, batch, M, N); break;
+    case OutType::f32: store_tile_out<float, BN>(acc, p, e, row0, col0, batch, M, N, sbias); break;
+    case OutType::f16: store_tile_out<__half, BN>(acc, p, e, row0, col0, batch, M, N, sbias); break;
+    case OutType::bf16: store_tile_out<__nv_bfloat16, BN>(acc, p, e, row0, col0, batch, M, N, sbias); break;
   }
 }
 

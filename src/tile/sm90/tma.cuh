@@ -39,9 +39,18 @@ template <class T, Major M>
 using SwizzleAtom = std::conditional_t<M == Major::K, cute::GMMA::Layout_K_SW128_Atom<T>,
                                        cute::GMMA::Layout_MN_SW128_Atom<T>>;
 
+// MN-major atoms (64 rows x 8 k for 16-bit types) are stacked along K first, so that one
+// 64-row column of the tile (64 x BK, contiguous in shared memory) is one TMA box; stacked
+// along the rows first, every atom was a box of its own (64 x 8: 32 TMA copies per 256 x 64
+// stage instead of 4).
+template <Major M>
+using AtomOrder = std::conditional_t<M == Major::K, cute::Step<cute::_1, cute::_2, cute::_3>,
+                                     cute::Step<cute::_2, cute::_1, cute::_3>>;
+
 template <class T, Major M, int Rows, int BK, int Stages>
 using SmemLayout = decltype(cute::tile_to_shape(
-    SwizzleAtom<T, M>{}, cute::Shape<cute::Int<Rows>, cute::Int<BK>, cute::Int<Stages>>{}));
+    SwizzleAtom<T, M>{}, cute::Shape<cute::Int<Rows>, cute::Int<BK>, cute::Int<Stages>>{},
+    AtomOrder<M>{}));
 
 // Bytes one stage of a layout holds.
 template <class T, class Layout>
