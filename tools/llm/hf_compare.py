@@ -125,20 +125,21 @@ def tiny_config(kind):
     import transformers as tf
     common = dict(vocab_size=1000, max_position_embeddings=256, bos_token_id=None,
                   eos_token_id=None, pad_token_id=None)
+    # Head dim 64 (hidden 512 / 8 heads): the GPU backend's attention takes D in {64, 128, 256}.
     if kind == "llama3":
         rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 64}
-        return tf.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+        return tf.LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
                               num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-5,
                               rope_parameters=rope, tie_word_embeddings=False, **common)
     if kind == "qwen2":
-        return tf.Qwen2Config(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+        return tf.Qwen2Config(hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
                               num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-6,
                               rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                               use_sliding_window=False, tie_word_embeddings=True, **common)
     if kind == "gpt2":
-        return tf.GPT2Config(vocab_size=1000, n_positions=256, n_embd=256, n_layer=4, n_head=8,
+        return tf.GPT2Config(vocab_size=1000, n_positions=256, n_embd=512, n_layer=4, n_head=8,
                              activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
                              attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
     raise ValueError(kind)
@@ -266,12 +267,15 @@ def has_module(name):
 
 
 def git_commit():
+    # TESSEL_COMMIT first: a device copy of the tree may carry stale git metadata.
+    if os.environ.get("TESSEL_COMMIT"):
+        return os.environ["TESSEL_COMMIT"]
     try:
         here = os.path.dirname(os.path.abspath(__file__))
         return subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("TESSEL_COMMIT", "unknown")
+        return "unknown"
 
 
 def main_compare(args):
