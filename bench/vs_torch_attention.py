@@ -24,7 +24,7 @@ def _attention_cases(quick):
                 tessel.attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          o.transpose(1, 2), lse, causal=causal)
 
-            def sdpa(backend, q=q, k=k, v=v, causal=causal):
+            def sdpa(backend, q=q, k=k, v=v, causal=causal, ref=ref):  # bind this case's ref
                 def run():
                     with sdpa_kernel(backend):
                         ref[0] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
