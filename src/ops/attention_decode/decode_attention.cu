@@ -134,25 +134,7 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   a.v_sb = v_cache.strides[0];
   a.v_st = v_cache.strides[1];
   a.v_sh = v_cache.strides[2];
-  if (paged) {
-    a.block_table = static_cast<const int32_t*>(p.block_table->data);
-    a.bt_stride = p.block_table->strides[0];
-    a.page_size = static_cast<int>(g.page_size);
-    a.num_pages = static_cast<int>(g.num_pages);
-  }
-  a.seqlens = static_cast<const int32_t*>(seqlens.data);
-  a.capacity = g.capacity;
-  a.out = out.data;
-  a.o_sb = out.strides[0];
-  a.o_ss = out.strides[1];
-  a.o_sh = out.strides[2];
-  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
-  a.batch = static_cast<int>(B);
-  a.sq = static_cast<int>(Sq);
-  a.hq = static_cast<int>(Hq);
-  a.hkv = static_cast<int>(Hkv);
-  a.group = static_cast<int>(Hq / Hkv);
-  a.rows_total = static_cast<int>(Sq * (Hq / Hkv));
+  decode::fill_sequence_args(a, p, g, paged, seqlens, out, lse, B, Sq, Hq, Hkv);
   const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kLog2e = 1.4426950408889634;
   a.scale_log2 = static_cast<float>(scale * kLog2e);

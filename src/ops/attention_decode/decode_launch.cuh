@@ -69,6 +69,32 @@ struct CacheGeometry {
   int64_t page_size = 0, num_pages = 0, max_pages = 0;
 };
 
+// The sequence / cache / output part of the kernel arguments, the same for GQA and MLA decode:
+// paging, lengths, output and lse, and the (Sq, query heads per KV head) row layout.
+inline void fill_sequence_args(KernelArgs& a, const DecodeParams& p, const CacheGeometry& g,
+                               bool paged, const Tensor& seqlens, Tensor& out, Tensor* lse,
+                               int64_t batch, int64_t sq, int64_t hq, int64_t hkv) {
+  if (paged) {
+    a.block_table = static_cast<const int32_t*>(p.block_table->data);
+    a.bt_stride = p.block_table->strides[0];
+    a.page_size = static_cast<int>(g.page_size);
+    a.num_pages = static_cast<int>(g.num_pages);
+  }
+  a.seqlens = static_cast<const int32_t*>(seqlens.data);
+  a.capacity = g.capacity;
+  a.out = out.data;
+  a.o_sb = out.strides[0];
+  a.o_ss = out.strides[1];
+  a.o_sh = out.strides[2];
+  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  a.batch = static_cast<int>(batch);
+  a.sq = static_cast<int>(sq);
+  a.hq = static_cast<int>(hq);
+  a.hkv = static_cast<int>(hkv);
+  a.group = static_cast<int>(hq / hkv);
+  a.rows_total = static_cast<int>(sq * (hq / hkv));
+}
+
 // seqlens (B) i32 dense; block table (B, max_pages) i32, last axis contiguous.
 inline void check_seqlens_table(const detail::OpCheck& chk, int64_t batch, const Tensor& seqlens,
                                 const Tensor* block_table) {

@@ -134,25 +134,8 @@ void mla_decode(const Tensor& q_latent, const Tensor& q_rope, const Tensor& late
   a.k_sb = a.v_sb = latent_cache.strides[0];
   a.k_st = a.v_st = latent_cache.strides[1];
   a.k_sh = a.v_sh = 0;
-  if (paged) {
-    a.block_table = static_cast<const int32_t*>(p.block_table->data);
-    a.bt_stride = p.block_table->strides[0];
-    a.page_size = static_cast<int>(g.page_size);
-    a.num_pages = static_cast<int>(g.num_pages);
-  }
-  a.seqlens = static_cast<const int32_t*>(seqlens.data);
-  a.capacity = g.capacity;
-  a.out = out.data;
-  a.o_sb = out.strides[0];
-  a.o_ss = out.strides[1];
-  a.o_sh = out.strides[2];
-  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
-  a.batch = static_cast<int>(B);
-  a.sq = static_cast<int>(Sq);
-  a.hq = static_cast<int>(H);
-  a.hkv = 1;
-  a.group = static_cast<int>(H);
-  a.rows_total = static_cast<int>(Sq * H);
+  // One latent "KV head" shared by all H query heads.
+  decode::fill_sequence_args(a, p, g, paged, seqlens, out, lse, B, Sq, H, 1);
   const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(kRow));
   a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   if (q_latent.dtype == DType::bf16)
