@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""End-to-end bench (issue 6, suite "e2e"): a Llama-3.1-8B-shaped model with random bf16 weights,
-written by transformers' save_pretrained on this machine, run by `tessel run --backend gpu` and by
-transformers (eager, bf16) as the baseline, in the same session.
+"""End-to-end bench (issue 6, suite "e2e"): Llama-3.1-8B- and Llama-3.2-1B-shaped models with
+random bf16 weights, written by transformers' save_pretrained on this machine, run by
+`tessel run --backend gpu` and by transformers (eager, bf16) as the baseline, in the same session.
 
 Records (bench JSON schema): op e2e_prefill (1 x --prompt tokens) and e2e_decode (batch 1 and 16,
---new-tokens each), metric tok/s, shape {batch, prompt, new_tokens, params}; for decode,
-peak_fraction = achieved weight bandwidth (weight bytes x steps / decode time) / measured copy
-bandwidth.
+--new-tokens each), metric tok/s, shape {batch, prompt, new_tokens, params} (params tells the two
+models apart; the case name too); for decode, peak_fraction = achieved weight bandwidth
+(weight bytes x steps / decode time) / measured copy bandwidth. --compare-graphs also runs tessel
+with TESSEL_CUDA_GRAPHS=0 and puts that decode rate in check_detail.
 
-  python3 bench/e2e.py --tessel build/tessel --json e2e.json [--layers 32] [--dir /tmp/llama8b]
+  python3 bench/e2e.py --tessel build/tessel --json e2e.json [--models 8b,1b] [--layers N]
+      [--dir /tmp/tessel_e2e]
 
+--pretune fills an autotuner cache with `tessel tune` for the model's decode GEMM shapes first
+(untimed) and runs tessel with the autotuner on and that cache; otherwise the autotuner is off.
 tessel's figures are those its CLI prints ("prefill N tok in T s", "decode N tok in T s"): the
-whole step loop including host work, one process per case, CUDA_MODULE_LOADING=EAGER and the
-autotuner off so no first-use work lands in the timed region. transformers: median of 3 timed
+whole step loop including host work, one process per case, CUDA_MODULE_LOADING=EAGER and no tuning
+inside the timed region. transformers: median of 3 timed
 runs after one warm-up, torch.cuda.synchronize() around each.
 """
 import argparse
@@ -28,14 +32,31 @@ import time
 import torch
 
 
-def llama8b_config(tf, layers):
-    return tf.LlamaConfig(
-        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers,
+# name -> (case prefix, LlamaConfig arguments); --layers overrides num_hidden_layers.
+MODELS = {
+    "8b": ("llama3.1-8b-shape", dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
         rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192})
+                         "original_max_position_embeddings": 8192})),
+    "1b": ("llama3.2-1b-shape", dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        bos_token_id=128000, eos_token_id=128001,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192})),
+}
+
+
+def llama_config(tf, name, layers):
+    kw = dict(MODELS[name][1])
+    if layers:
+        kw["num_hidden_layers"] = layers
+    return tf.LlamaConfig(**kw)
 
 
 def copy_bandwidth():
@@ -91,13 +112,36 @@ SUMMARY = re.compile(r"prefill \d+ tok in [0-9.]+ s \(([0-9.]+) tok/s\), "
                      r"decode \d+ tok in [0-9.]+ s \(([0-9.]+) tok/s\)")
 
 
-def tessel_times(tessel, folder, batch, prompt_len, new_tokens):
+def gemm_shapes(cfg, batches):
+    """The decode GEMMs of a model (fused q|k|v and gate|up weights, lm head) as MxNxK."""
+    H, F, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    D = getattr(cfg, "head_dim", None) or H // cfg.num_attention_heads
+    qd, kvd = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
+    nk = [(qd + 2 * kvd, H), (H, qd), (2 * F, H), (H, F), (V, H)]
+    return ",".join(f"{m}x{n}x{k}" for m in batches for n, k in nk)
+
+
+def pretune(tessel, shapes, cache):
+    """`tessel tune` of the decode GEMM shapes into `cache` (ahead of time, untimed)."""
+    env = dict(os.environ, TESSEL_AUTOTUNE_CACHE=cache)
+    out = subprocess.run([tessel, "tune", "--family", "gemm_small_m", "--shapes", shapes],
+                         capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"tessel tune failed: {out.stdout[-1000:]} {out.stderr[-1000:]}")
+    return out.stdout
+
+
+def tessel_times(tessel, folder, batch, prompt_len, new_tokens, graphs=True, tune_cache=None):
     ids = ",".join(str(1000 + (i * 7919) % 120000) for i in range(prompt_len))
     cmd = [tessel, "run", "--model", folder, "--backend", "gpu", "--temperature", "0",
            "--ignore-eos", "--max-tokens", str(new_tokens), "--context", str(prompt_len + new_tokens + 8)]
     for _ in range(batch):
         cmd += ["--prompt-ids", ids]
-    env = dict(os.environ, CUDA_MODULE_LOADING="EAGER", TESSEL_AUTOTUNE="0")
+    # Autotuner off (its fallback configs), or on with a cache filled by `tessel tune` before.
+    env = dict(os.environ, CUDA_MODULE_LOADING="EAGER", TESSEL_AUTOTUNE="1" if tune_cache else "0",
+               TESSEL_CUDA_GRAPHS="1" if graphs else "0")
+    if tune_cache:
+        env["TESSEL_AUTOTUNE_CACHE"] = tune_cache
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     text = out.stdout + out.stderr
     m = SUMMARY.search(text)
@@ -106,8 +150,17 @@ def tessel_times(tessel, folder, batch, prompt_len, new_tokens):
     return float(m.group(1)), float(m.group(2)), text
 
 
-def record(op, batch, prompt, new, params, ours, base, peak_fraction, detail):
-    return {"op": op, "case": f"llama3.1-8b-shape b{batch} prompt {prompt} new {new}",
+def decode_split(text):
+    """Shares of the decode time inside Model::forward and waiting for the device (CLI summary)."""
+    m = re.search(r"decode \d+ tok in ([0-9.]+) s .*decode steps in forward\(\) ([0-9.]+) s "
+                  r"\(waiting for the device ([0-9.]+) s\)", text)
+    if not m or float(m.group(1)) <= 0:
+        return 0.0, 0.0
+    return float(m.group(2)) / float(m.group(1)), float(m.group(3)) / float(m.group(1))
+
+
+def record(prefix, op, batch, prompt, new, params, ours, base, peak_fraction, detail):
+    return {"op": op, "case": f"{prefix} b{batch} prompt {prompt} new {new}",
             "shape": {"batch": batch, "prompt": prompt, "new_tokens": new, "params": params},
             "dtype": "bf16", "metric": "tok/s", "ours": ours, "baseline": "transformers eager",
             "baseline_value": base, "ratio": ours / base if base > 0 else 0.0,
@@ -115,55 +168,90 @@ def record(op, batch, prompt, new, params, ours, base, peak_fraction, detail):
             "target": "", "target_met": False}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tessel", required=True)
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--dir", default="/tmp/tessel_e2e_llama8b")
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    args = ap.parse_args()
-    import transformers as tf
-
-    torch.manual_seed(0)
-    copy_gbps = copy_bandwidth()
-    cfg = llama8b_config(tf, args.layers)
+def run_model(tf, args, name, copy_gbps):
+    prefix = MODELS[name][0]
+    cfg = llama_config(tf, name, args.layers)
+    folder = f"{args.dir}_{name}" + (f"_{args.layers}l" if args.layers else "")
     t0 = time.time()
     with torch.device("cuda"):
         model = tf.LlamaForCausalLM._from_config(cfg, torch_dtype=torch.bfloat16,
                                                  attn_implementation="eager")
     model.eval()
-    params = sum(p.numel() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
     weight_bytes = 2.0 * params
-    if not os.path.exists(os.path.join(args.dir, "config.json")):
-        model.save_pretrained(args.dir, safe_serialization=True)
-    print(f"model: {params / 1e9:.2f} B params, written in {time.time() - t0:.0f} s", flush=True)
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        model.save_pretrained(folder, safe_serialization=True)
+    print(f"{prefix}: {params / 1e9:.2f} B params, written in {time.time() - t0:.0f} s",
+          flush=True)
 
     hf = {}
     for b in (1, 16):
         hf[b] = hf_times(model, args.prompt, b, args.new_tokens)
-        print(f"transformers b{b}: prefill {args.prompt / hf[b][0]:.0f} tok/s, "
+        print(f"transformers {prefix} b{b}: prefill {args.prompt / hf[b][0]:.0f} tok/s, "
               f"decode {b / hf[b][1]:.1f} tok/s", flush=True)
     del model
     torch.cuda.empty_cache()
 
     records = []
+    cache = None
+    if args.pretune:
+        cache = f"{folder}_autotune.json"
+        t1 = time.time()
+        pretune(args.tessel, gemm_shapes(cfg, (1, 16)), cache)
+        print(f"tessel tune ({prefix} decode GEMMs): {time.time() - t1:.0f} s", flush=True)
     for b in (1, 16):
-        prefill_tps, decode_tps, text = tessel_times(args.tessel, args.dir, b, args.prompt,
-                                                     args.new_tokens)
-        print(f"tessel b{b}: prefill {prefill_tps:.0f} tok/s, decode {decode_tps:.1f} tok/s",
-              flush=True)
+        prefill_tps, decode_tps, text = tessel_times(args.tessel, folder, b, args.prompt,
+                                                     args.new_tokens, tune_cache=cache)
+        print(f"tessel {prefix} b{b}: prefill {prefill_tps:.0f} tok/s, decode {decode_tps:.1f} "
+              f"tok/s", flush=True)
         hf_decode = b / hf[b][1]
         # Every decode step streams every weight once: bandwidth = bytes x steps / time.
         steps_per_s = decode_tps / b
         bw = weight_bytes * steps_per_s / 1e9
-        records.append(record("e2e_decode", b, args.prompt, args.new_tokens, params, decode_tps,
-                              hf_decode, bw / copy_gbps, f"weight bandwidth {bw:.0f} GB/s"))
+        fwd, wait = decode_split(text)
+        detail = (f"weight bandwidth {bw:.0f} GB/s; decode time {100 * fwd:.0f}% in "
+                  f"Model::forward, {100 * wait:.0f}% waiting for the GPU; GEMM configs ") + (
+            "tuned ahead (tessel tune)" if cache else "autotuner off (fallback)")
+        if args.compare_graphs:
+            _, off_tps, _ = tessel_times(args.tessel, folder, b, args.prompt, args.new_tokens,
+                                         graphs=False, tune_cache=cache)
+            print(f"tessel {prefix} b{b}, CUDA graphs off: decode {off_tps:.1f} tok/s", flush=True)
+            detail += f"; CUDA graphs off: {off_tps:.1f} tok/s"
+        print(f"  {detail}", flush=True)
+        records.append(record(prefix, "e2e_decode", b, args.prompt, args.new_tokens, params,
+                              decode_tps, hf_decode, bw / copy_gbps, detail))
+        if args.partial_json:  # what is done so far survives a timeout
+            with open(args.json + ".partial", "w") as f:
+                json.dump(records, f, indent=1)
         if b == 1:
-            records.append(record("e2e_prefill", 1, args.prompt, 0, params, prefill_tps,
+            records.append(record(prefix, "e2e_prefill", 1, args.prompt, 0, params, prefill_tps,
                                   args.prompt / hf[1][0], 0.0, "prefill of one prompt"))
+    return records
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tessel", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--dir", default="/tmp/tessel_e2e", help="checkpoints go to DIR_<model>")
+    ap.add_argument("--models", default="8b,1b", help="comma list of " + ",".join(MODELS))
+    ap.add_argument("--layers", type=int, default=0, help="override the layer count (quick runs)")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--compare-graphs", action="store_true")
+    ap.add_argument("--partial-json", action="store_true",
+                    help="also write JSON.partial after every tessel case")
+    ap.add_argument("--pretune", action="store_true",
+                    help="`tessel tune` the decode GEMM shapes first and run with that cache")
+    args = ap.parse_args()
+    import transformers as tf
+
+    torch.manual_seed(0)
+    copy_gbps = copy_bandwidth()
+    records = []
+    for name in args.models.split(","):
+        records += run_model(tf, args, name, copy_gbps)
     doc = {"gpu": torch.cuda.get_device_name(0), "commit": os.environ.get("TESSEL_COMMIT", "unknown"),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "suite": "e2e", "peaks": {"copy_GBps": copy_gbps}, "records": records}

@@ -114,7 +114,7 @@ std::string name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, ActivationGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Values(1, 7, 127, 4096, 4097),
+                                            ::testing::Values(1, 7, 8, 127, 1000, 4096, 4097),
                                             ::testing::Values(Kind::silu, Kind::gelu_erf, Kind::gelu_tanh)),
                          name);
 

@@ -170,6 +170,14 @@ int argmax(const float* x, int64_t n) { return static_cast<int>(std::max_element
 
 class LlmGpuBackend : public test::GpuTest {};
 
+// Sets an environment variable for the lifetime of the object (backends read theirs when made
+// or when the cache is reserved).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
 // Two prompts of different lengths prefilled in one step (one attention call per sequence),
 // then decode steps of both (one batched call; the rows' slot order flips every step).
 void prefill_then_decode(const ModelConfig& c, uint32_t seed) {
@@ -220,6 +228,86 @@ void prefill_then_decode(const ModelConfig& c, uint32_t seed) {
 }
 
 TEST_F(LlmGpuBackend, LlamaNeoxMatchesCpu) { prefill_then_decode(small("llama"), 11); }
+// Pages of 8 tokens: the 7- and 19-token prompts and their decode steps cross page boundaries
+// (pages allocated as the sequences grow, the pool grows and moves mid-decode).
+TEST_F(LlmGpuBackend, PagedCacheAcrossPagesMatchesCpu) {
+  ScopedEnv page("TESSEL_KV_PAGE_SIZE", "8");
+  prefill_then_decode(small("llama"), 15);
+}
+TEST_F(LlmGpuBackend, PagedCacheOnePageMatchesCpu) {
+  ScopedEnv page("TESSEL_KV_PAGE_SIZE", "1");
+  prefill_then_decode(small("qwen2"), 16);
+}
+
+// Decode steps replayed from CUDA graphs give bit-identical logits to the same steps launched
+// one op at a time: 3 sequences, positions advancing, the rows' slot order rotating, a batch
+// size change (a sequence finishes, its slot is released and a new prompt reuses it), and
+// 8-token pages so that page allocation and pool growth happen between replays.
+TEST_F(LlmGpuBackend, CudaGraphStepsEqualEagerSteps) {
+  const ModelConfig c = small("llama");
+  const MemorySource src = random_weights(c, 41);
+  ScopedEnv page("TESSEL_KV_PAGE_SIZE", "8");
+  std::unique_ptr<Model> eager;
+  {
+    ScopedEnv off("TESSEL_CUDA_GRAPHS", "0");
+    eager = std::make_unique<Model>(make_backend("gpu"), c, src, false);
+  }
+  Model graphs(make_backend("gpu"), c, src, false);
+  ASSERT_NE(graphs.backend().name().find("CUDA graphs"), std::string::npos)
+      << graphs.backend().name();
+  ASSERT_EQ(eager->backend().name().find("CUDA graphs"), std::string::npos);
+  eager->reserve(4, 64);
+  graphs.reserve(4, 64);
+  std::mt19937 rng(9);
+  const int64_t V = c.vocab_size;
+  auto both = [&](const std::vector<int32_t>& t, const std::vector<int32_t>& s,
+                  const std::vector<int32_t>& p, const std::vector<int64_t>& rows,
+                  const std::string& what) {
+    const auto le = eager->forward(t, s, p, rows);
+    const auto lg = graphs.forward(t, s, p, rows);
+    EXPECT_EQ(le.size(), lg.size());
+    EXPECT_EQ(std::memcmp(le.data(), lg.data(), le.size() * 4), 0) << what;
+    return le;
+  };
+  auto prefill = [&](int32_t slot, int n) {
+    const std::vector<int32_t> t = random_tokens(n, static_cast<int>(V), rng);
+    std::vector<int32_t> s(n, slot), p(n);
+    for (int i = 0; i < n; ++i) p[i] = i;
+    const auto l = both(t, s, p, {n - 1}, "prefill of slot " + std::to_string(slot));
+    return argmax(l.data(), V);
+  };
+  std::map<int32_t, std::pair<int32_t, int32_t>> seq;  // slot -> (next token, position)
+  seq[1] = {prefill(1, 5), 5};
+  seq[0] = {prefill(0, 12), 12};
+  seq[3] = {prefill(3, 3), 3};
+  double spread = 0;
+  for (int step = 0; step < 20; ++step) {
+    if (step == 9) {  // slot 3 finishes; slot 2 starts a new 6-token prompt
+      seq.erase(3);
+      graphs.release_slot(3);
+      eager->release_slot(3);
+      seq[2] = {prefill(2, 6), 6};
+    }
+    std::vector<int32_t> order;
+    for (const auto& [slot, st] : seq) order.push_back(slot);
+    std::rotate(order.begin(), order.begin() + step % order.size(), order.end());
+    std::vector<int32_t> t, s, p;
+    std::vector<int64_t> rows;
+    for (int32_t slot : order) {
+      t.push_back(seq[slot].first);
+      s.push_back(slot);
+      p.push_back(seq[slot].second);
+      rows.push_back(static_cast<int64_t>(rows.size()));
+    }
+    const auto l = both(t, s, p, rows, "decode step " + std::to_string(step));
+    for (size_t i = 0; i < order.size(); ++i) {
+      seq[order[i]] = {argmax(l.data() + i * V, V), seq[order[i]].second + 1};
+      const auto [lo, hi] = std::minmax_element(l.begin() + i * V, l.begin() + (i + 1) * V);
+      spread = std::max(spread, static_cast<double>(*hi - *lo));
+    }
+  }
+  EXPECT_GT(spread, 0.5) << "degenerate logits";
+}
 TEST_F(LlmGpuBackend, LlamaGptjRopeMatchesCpu) {
   prefill_then_decode(small("llama", RopeStyle::gptj), 12);
 }
@@ -334,7 +422,8 @@ TEST_F(LlmGpuBackend, SmolLM2GreedyMatchesCpu) {
 }
 
 // Throughput of the engine on the GPU for SmolLM2-135M's shapes (random weights, so it runs
-// without the model file): prefill of one 128-token prompt, then 64 greedy decode steps.
+// without the model file): prefill of one 128-token prompt, then 64 greedy decode steps, with
+// CUDA graphs off and on (the greedy tokens must agree).
 TEST_F(LlmGpuBackend, SmolLM2ShapedThroughput) {
   ModelConfig c = small("llama");
   c.vocab_size = 49152;
@@ -347,28 +436,34 @@ TEST_F(LlmGpuBackend, SmolLM2ShapedThroughput) {
   c.rope_theta = 100000.0;
   c.tie_embeddings = true;
   const MemorySource src = random_weights(c, 31);
-  Model gpu(make_backend("gpu"), c, src, false);
-  gpu.reserve(1, 256);
-  std::mt19937 rng(2);
-  std::vector<int32_t> toks = random_tokens(128, 49152, rng), slots(128, 0), pos(128);
-  for (int i = 0; i < 128; ++i) pos[i] = i;
-  (void)gpu.forward(toks, slots, pos, {127});  // warm-up (allocator pool, kernels)
-  const auto t0 = std::chrono::steady_clock::now();
-  auto logits = gpu.forward(toks, slots, pos, {127});
-  const auto t1 = std::chrono::steady_clock::now();
-  int32_t p = 128;
-  for (int step = 0; step < 64; ++step) {
-    const int32_t next = argmax(logits.data(), c.vocab_size);
-    logits = gpu.forward({next}, {0}, {p++}, {0});
+  std::vector<int32_t> greedy[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    ScopedEnv env("TESSEL_CUDA_GRAPHS", graphs ? "1" : "0");
+    Model gpu(make_backend("gpu"), c, src, false);
+    gpu.reserve(1, 256);
+    std::mt19937 rng(2);
+    std::vector<int32_t> toks = random_tokens(128, 49152, rng), slots(128, 0), pos(128);
+    for (int i = 0; i < 128; ++i) pos[i] = i;
+    (void)gpu.forward(toks, slots, pos, {127});  // warm-up (allocator pool, kernels)
+    const auto t0 = std::chrono::steady_clock::now();
+    auto logits = gpu.forward(toks, slots, pos, {127});
+    const auto t1 = std::chrono::steady_clock::now();
+    int32_t p = 128;
+    for (int step = 0; step < 64; ++step) {
+      const int32_t next = argmax(logits.data(), c.vocab_size);
+      greedy[graphs].push_back(next);
+      logits = gpu.forward({next}, {0}, {p++}, {0});
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    const double pre = std::chrono::duration<double>(t1 - t0).count();
+    const double dec = std::chrono::duration<double>(t2 - t1).count();
+    std::printf(
+        "[ SmolLM2-shaped, graphs %s ] prefill 128 tokens: %.2f ms (%.0f tok/s); decode: %.3f "
+        "ms/token (%.1f tok/s)\n",
+        graphs ? "on" : "off", pre * 1e3, 128 / pre, dec / 64 * 1e3, 64 / dec);
   }
-  const auto t2 = std::chrono::steady_clock::now();
-  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
-  const double pre = std::chrono::duration<double>(t1 - t0).count();
-  const double dec = std::chrono::duration<double>(t2 - t1).count();
-  std::printf(
-      "[ SmolLM2-shaped ] prefill 128 tokens: %.2f ms (%.0f tok/s); decode: %.3f ms/token "
-      "(%.1f tok/s)\n",
-      pre * 1e3, 128 / pre, dec / 64 * 1e3, 64 / dec);
+  EXPECT_EQ(greedy[0], greedy[1]);
 }
 
 // Without a GPU, asking for the GPU backend is a clear error (runs in the CPU suite).

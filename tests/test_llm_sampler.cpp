@@ -2,8 +2,10 @@
 // seeded determinism and stop-string streaming.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "llm/sampler.hpp"
@@ -34,6 +36,24 @@ TEST(LlmSampler, GreedyPicksArgmaxLowestIdOnTies) {
   Sampler s(plain(0));
   std::vector<float> l = {0.1f, 2.0f, -1.0f, 2.0f};
   EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+// The 8-lane greedy search against std::max_element on ragged lengths (ties, tails, NaN).
+TEST(LlmSampler, GreedyMatchesMaxElementOnRaggedRows) {
+  Sampler s(plain(0));
+  std::mt19937 rng(3);
+  for (int n : {1, 7, 8, 9, 31, 1000, 128256}) {
+    std::vector<float> l(static_cast<size_t>(n));
+    for (float& x : l) x = static_cast<float>(rng() % 50) * 0.25f - 6.f;  // many ties
+    if (n > 3) l[2] = NAN;
+    std::vector<float> ref = l;
+    for (float& x : ref)
+      if (std::isnan(x)) x = -INFINITY;
+    const auto want = std::max_element(ref.begin(), ref.end()) - ref.begin();
+    EXPECT_EQ(s.sample(l, {}), want) << "n " << n;
+    l[n - 1] = 100.f;  // the maximum in the tail
+    EXPECT_EQ(s.sample(l, {}), n - 1) << "n " << n;
+  }
 }
 
 TEST(LlmSampler, TemperatureFollowsSoftmax) {

@@ -1,5 +1,5 @@
 // GPU tests of tessel::cross_entropy and tessel::fused_linear_cross_entropy against the
-// float64 references (src/ref/loss_optim_ref.hpp): f32/f16/bf16 logits; V from 1 to 140000
+// float64 references (src/ref/loss_optim_ref.hpp): f32/f16/bf16 logits; V from 1 to 600000
 // (group, cluster and streaming kernels); ragged row counts; ignore_index, label smoothing,
 // none/mean/sum, i32/i64 targets, in-place dlogits; fused op over several (ragged) chunks.
 #include <gtest/gtest.h>
@@ -113,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16),
                        ::testing::Values(int64_t{1}, int64_t{7}, int64_t{127}, int64_t{1000},
                                          int64_t{4097}, int64_t{16384}, int64_t{20000},
-                                         int64_t{128256}, int64_t{140000})),
+                                         int64_t{128256}, int64_t{140000}, int64_t{16392},
+                                         int64_t{262144}, int64_t{600000})),
     [](const ::testing::TestParamInfo<CeParam>& i) {
       return std::string(dtype_name(std::get<0>(i.param))) + "_V" +
              std::to_string(std::get<1>(i.param));
@@ -154,6 +155,36 @@ TEST_F(CrossEntropyMiscGpu, AllIgnoredMeanIsNaNWithZeroGradient) {
   sync();
   EXPECT_TRUE(std::isnan(test::download_values(loss)[0]));
   for (double g : test::download_values(dx)) ASSERT_EQ(g, 0.0);
+}
+
+// Many rows over the shared-memory cluster kernel (V = 50000: clusters of 4 CTAs, more
+// clusters than fit on the GPU at once), pitched rows, in two runs that must agree bitwise.
+TEST_F(CrossEntropyMiscGpu, ClusterManyRowsPitchedDeterministic) {
+  const int64_t n = 300, v = 50000, pitch = 50008;
+  std::vector<double> xv = rng().uniform(static_cast<size_t>(n * v), -8.0, 8.0);
+  DeviceTensor x = test::alloc_pitched(DType::bf16, {n, v}, pitch);
+  test::upload_values(x, xv);
+  const std::vector<int64_t> t = random_targets(rng(), n, v, -100, true);
+  DeviceTensor td = targets_device(t, DType::i64);
+  CrossEntropyOptions o;
+  o.reduction = Reduction::none;
+  o.label_smoothing = 0.05f;
+  std::vector<double> loss_runs[2], dx_runs[2];
+  for (int run = 0; run < 2; ++run) {
+    DeviceTensor loss = test::alloc(DType::f32, {n});
+    DeviceTensor dx = test::alloc_pitched(DType::bf16, {n, v}, pitch);
+    cross_entropy(x.t, td.t, loss.t, &dx.t, stream(), o);
+    sync();
+    loss_runs[run] = test::download_values(loss);
+    dx_runs[run] = test::download_values(dx);
+  }
+  const auto r = ref::cross_entropy(xv, t, n, v, -100, 0.05, 0);
+  std::vector<double> lscale(r.row_loss.size());
+  for (size_t i = 0; i < lscale.size(); ++i) lscale[i] = std::max(1.0, std::fabs(r.row_loss[i]));
+  EXPECT_TRUE(test::all_close(loss_runs[0], r.row_loss, DType::f32, lscale));
+  EXPECT_TRUE(test::all_close(dx_runs[0], r.dlogits, DType::bf16));
+  for (size_t i = 0; i < loss_runs[0].size(); ++i) ASSERT_EQ(loss_runs[0][i], loss_runs[1][i]) << i;
+  for (size_t i = 0; i < dx_runs[0].size(); ++i) ASSERT_EQ(dx_runs[0][i], dx_runs[1][i]) << i;
 }
 
 // ---- fused linear + cross-entropy ---------------------------------------------------------

@@ -238,9 +238,9 @@ std::string norm_name(const ::testing::TestParamInfo<NormParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, NormGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Values(1, 7, 127, 128, 1000, 4096, 4097,
-                                                              16384, 16385, 40000, 131073,
-                                                              262144)),
+                                            ::testing::Values(1, 7, 127, 128, 1000, 1024, 4096, 4097,
+                                                              6144, 8192, 16384, 16385, 40000,
+                                                              131073, 262144)),
                          norm_name);
 
 // ---- layouts, aliasing, determinism -------------------------------------------------------
@@ -343,6 +343,47 @@ TEST_P(NormLayoutGpu, WeightGradientsDeterministic) {
     EXPECT_TRUE(test::bit_exact(test::download_bytes(dw1), test::download_bytes(dw2), dtype_size(dt)));
     EXPECT_TRUE(test::bit_exact(test::download_bytes(db1), test::download_bytes(db2), dtype_size(dt)));
   }
+}
+
+// Many rows per CTA through the shared-memory staged backward (rows 16-byte aligned, 1024 …
+// 8192 columns): the stage ring wraps several times; x and dy row-pitched.
+TEST_P(NormLayoutGpu, StagedBackwardManyRows) {
+  const DType dt = GetParam();
+  const int64_t rows = 12000, cols = 1024, pitch = 1024 + 64;
+  std::vector<double> xv = rng().uniform(rows * cols, -2.0, 2.0);
+  std::vector<double> gv = rng().uniform(rows * cols, -1.0, 1.0);
+  std::vector<double> wv = rng().uniform(cols, 0.5, 1.5);
+  DeviceTensor x = test::alloc_pitched(dt, {rows, cols}, pitch);
+  test::upload_values(x, xv);
+  DeviceTensor dy = test::alloc_pitched(dt, {rows, cols}, pitch);
+  test::upload_values(dy, gv);
+  DeviceTensor w = test::to_device(dt, {cols}, wv);
+  const ref::NormForward f = ref::layer_norm(xv, wv, {}, rows, cols, kEps);
+  DeviceTensor mu = stats_to_device({rows}, f.mean);
+  DeviceTensor rs = stats_to_device({rows}, f.rstd);
+  DeviceTensor dx = test::alloc(dt, {rows, cols});
+  DeviceTensor dw = test::alloc(dt, {cols}), db = test::alloc(dt, {cols});
+  layer_norm_backward(dy.t, x.t, w.t, mu.t, rs.t, dx.t, dw.t, &db.t, stream());
+  sync();
+  const ref::NormBackward bw = ref::layer_norm_backward(gv, xv, wv, rows, cols, kEps);
+  std::vector<double> sw, sb;
+  dw_scale(gv, xv, f, rows, cols, false, sw, sb);
+  EXPECT_TRUE(test::all_close(test::download_values(dx), bw.dx, dt,
+                              dx_scale(gv, xv, wv, f, rows, cols, false)));
+  EXPECT_TRUE(test::all_close(test::download_values(dw), bw.dw, dt, sw));
+  EXPECT_TRUE(test::all_close(test::download_values(db), bw.db, dt, sb));
+
+  const ref::NormForward fr = ref::rms_norm(xv, wv, rows, cols, kEps);
+  DeviceTensor rr = stats_to_device({rows}, fr.rstd);
+  DeviceTensor dx2 = test::alloc(dt, {rows, cols});
+  DeviceTensor dw2 = test::alloc(dt, {cols});
+  rms_norm_backward(dy.t, x.t, w.t, rr.t, nullptr, dx2.t, dw2.t, stream());
+  sync();
+  const ref::NormBackward br = ref::rms_norm_backward(gv, xv, wv, {}, rows, cols, kEps);
+  dw_scale(gv, xv, fr, rows, cols, true, sw, sb);
+  EXPECT_TRUE(test::all_close(test::download_values(dx2), br.dx, dt,
+                              dx_scale(gv, xv, wv, fr, rows, cols, true)));
+  EXPECT_TRUE(test::all_close(test::download_values(dw2), br.dw, dt, sw));
 }
 
 // No rows: dw (and db) are zero (a sum over nothing).

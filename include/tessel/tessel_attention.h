@@ -38,4 +38,7 @@ tessel_status_t tessel_attention_forward(const tessel_tensor_t* q, const tessel_
 }
 #endif
 
+/* The backward needs the forward's parameter struct above, so it is pulled in here. */
+#include "tessel/tessel_attention_bwd.h"
+
 #endif /* TESSEL_TESSEL_ATTENTION_H */

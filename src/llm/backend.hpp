@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,10 +15,13 @@
 
 namespace tessel::llm {
 
-// Opaque storage owned by a backend (host or device memory).
+// Opaque storage owned by a backend (host or device memory). A column view of a wider buffer
+// (Backend::cols_view) has a row pitch `ld` > cols; ld 0 means dense (pitch = cols).
 struct Buf {
   void* ptr = nullptr;
   int64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int64_t pitch() const { return ld ? ld : cols; }
   explicit operator bool() const { return ptr != nullptr; }
 };
 
@@ -27,6 +31,20 @@ struct RowLayout {
   const int32_t* slot = nullptr;
   const int32_t* pos = nullptr;
   int64_t rows = 0;
+};
+
+// The small host inputs of one Model::forward step, handed to the backend once before the
+// step's ops (begin_step); the ops of that step then receive these same host pointers.
+struct StepInputs {
+  const int32_t* tokens = nullptr;
+  const int32_t* slot = nullptr;
+  const int32_t* pos = nullptr;
+  int64_t rows = 0;
+  const float* cos = nullptr;  // (rows, rope_half) or nullptr without RoPE
+  const float* sin = nullptr;
+  int64_t rope_half = 0;
+  const int64_t* logits_rows = nullptr;
+  int64_t n_logits = 0;
 };
 
 class Backend {
@@ -40,9 +58,28 @@ class Backend {
   virtual void release(Buf& b) = 0;
   virtual void download(const Buf& b, float* dst) = 0;  // rows·cols floats
   virtual size_t bytes_in_use() const = 0;
+  // Seconds download() spent waiting for the device so far (0 for the CPU): how much of a
+  // step's time is device work rather than host work.
+  virtual double device_wait_seconds() const { return 0; }
+  // Columns col0 .. col0+n of every row of b, sharing b's memory (b itself may be dense only).
+  virtual Buf cols_view(const Buf& b, int64_t col0, int64_t n) const = 0;
+
+  // ---- steps
+  // Called by Model::forward before a step's ops with the step's host arrays (the GPU uploads
+  // them at once; the CPU ignores it).
+  virtual void begin_step(const StepInputs& in) { (void)in; }
+  // Runs `ops` (all launches of the step after begin_step). key >= 0 marks a step whose op
+  // sequence and buffers are the same for every step of that key (Model's decode steps of one
+  // batch size), which a backend may record once and replay (CUDA graphs); key < 0: run as is.
+  virtual void run_step(int64_t key, const std::function<void()>& ops) {
+    (void)key;
+    ops();
+  }
 
   // ---- KV cache: n_layers × slots × max_seq × kv_dim, for keys and for values
   virtual void kv_reserve(int64_t n_layers, int64_t slots, int64_t max_seq, int64_t kv_dim) = 0;
+  // Forgets the cached positions of `slot` (a paged cache returns its pages to the pool).
+  virtual void kv_free(int64_t slot) { (void)slot; }
 
   // ---- ops
   // out[r] = table[tokens[r]]
@@ -50,21 +87,25 @@ class Backend {
   // x[r] += table[positions[r]]
   virtual void add_rows(const int32_t* positions, const Buf& table, Buf& x) = 0;
   virtual void rms_norm(const Buf& x, const Buf& w, float eps, Buf& out) = 0;
+  // x += y, then out = rms_norm(x) (one fused kernel on the GPU: statistics of the fp32 sum).
+  virtual void add_rms_norm(Buf& x, const Buf& y, const Buf& w, float eps, Buf& out) = 0;
   virtual void layer_norm(const Buf& x, const Buf& w, const Buf& b, float eps, Buf& out) = 0;
   // out = x · wᵀ (+ bias): x (M, K), w (N, K), out (M, N)
   virtual void matmul(const Buf& x, const Buf& w, const Buf* bias, Buf& out) = 0;
-  // Rotates the first rope_dim features of every head of x (rows, n_heads·head_dim) by the
-  // host tables cos/sin (rows, rope_dim/2).
+  // Rotates the first rope_dim features of every head of x (rows, n_heads·head_dim; may be a
+  // column view) by the host tables cos/sin (rows, rope_dim/2).
   virtual void rope(Buf& x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, RopeStyle style,
                     const float* cos, const float* sin) = 0;
-  // Stores k, v rows (rows, kv_dim) into the cache of `layer` at (slot, pos) of each row.
+  // Stores k, v rows (rows, kv_dim; may be column views) into the cache of `layer` at (slot, pos)
+  // of each row.
   virtual void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) = 0;
   // Causal attention of q (rows, n_heads·head_dim) over the cached positions 0..pos[r] of slot[r].
   virtual void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads,
                          int64_t head_dim, const RowLayout& rows, Buf& out) = 0;
-  virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;  // silu(gate)·up
-  virtual void gelu(Buf& x) = 0;                                        // tanh approximation
-  virtual void add(Buf& x, const Buf& y) = 0;                           // x += y
+  // silu(gate)·up; gate and up may be column views (the halves of a fused gate|up output)
+  virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;
+  virtual void gelu(Buf& x) = 0;               // tanh approximation
+  virtual void add(Buf& x, const Buf& y) = 0;  // x += y
   // out[i] = x[rows[i]]
   virtual void gather_rows(const Buf& x, const int64_t* rows, int64_t n, Buf& out) = 0;
 };

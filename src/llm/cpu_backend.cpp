@@ -231,6 +231,17 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, b.ptr, static_cast<size_t>(b.rows * b.cols) * sizeof(float));
   }
   size_t bytes_in_use() const override { return bytes_ + (k_.size() + v_.size()) * sizeof(float); }
+  Buf cols_view(const Buf& b, int64_t col0, int64_t n) const override {
+    if (col0 < 0 || n < 0 || col0 + n > b.cols || b.ld != 0)
+      shape_error("cols_view", "b", "a dense buffer of >= " + std::to_string(col0 + n) + " cols",
+                  b);
+    Buf v;
+    v.ptr = f(b) + col0;
+    v.rows = b.rows;
+    v.cols = n;
+    v.ld = b.cols;
+    return v;
+  }
 
   void kv_reserve(int64_t n_layers, int64_t slots, int64_t max_seq, int64_t kv_dim) override {
     n_layers_ = n_layers;
@@ -277,6 +288,11 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void add_rms_norm(Buf& x, const Buf& y, const Buf& w, float eps, Buf& out) override {
+    add(x, y);
+    rms_norm(x, w, eps, out);
+  }
+
   void layer_norm(const Buf& x, const Buf& w, const Buf& b, float eps, Buf& out) override {
     for (int64_t r = 0; r < x.rows; ++r) {
       const float* xr = f(x) + r * x.cols;
@@ -315,7 +331,7 @@ class CpuBackend final : public Backend {
       const float* cr = cos + r * half;
       const float* sr = sin + r * half;
       for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = f(x) + r * x.cols + h * head_dim;
+        float* v = f(x) + r * x.pitch() + h * head_dim;
         for (int64_t i = 0; i < half; ++i) {
           // neox pairs (i, i + half); gpt-j pairs (2i, 2i + 1)
           const int64_t a = style == RopeStyle::neox ? i : 2 * i;
@@ -332,8 +348,8 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < rows.rows; ++r) {
       check_slot_pos(rows, r);
       const size_t off = cache_offset(layer, rows.slot[r], rows.pos[r]);
-      std::memcpy(k_.data() + off, f(k) + r * kv_dim_, static_cast<size_t>(kv_dim_) * 4);
-      std::memcpy(v_.data() + off, f(v) + r * kv_dim_, static_cast<size_t>(kv_dim_) * 4);
+      std::memcpy(k_.data() + off, f(k) + r * k.pitch(), static_cast<size_t>(kv_dim_) * 4);
+      std::memcpy(v_.data() + off, f(v) + r * v.pitch(), static_cast<size_t>(kv_dim_) * 4);
     }
   }
 
@@ -347,7 +363,7 @@ class CpuBackend final : public Backend {
         const int64_t r = item / n_heads, h = item % n_heads;
         check_slot_pos(rows, r);
         const int64_t len = rows.pos[r] + 1;
-        const float* qv = f(q) + r * q.cols + h * head_dim;
+        const float* qv = f(q) + r * q.pitch() + h * head_dim;
         const int64_t kvh = h / group;
         const size_t base = cache_offset(layer, rows.slot[r], 0) + kvh * head_dim;
         scores.resize(static_cast<size_t>(len));
@@ -374,10 +390,11 @@ class CpuBackend final : public Backend {
   }
 
   void silu_mul(const Buf& gate, const Buf& up, Buf& out) override {
-    const int64_t n = gate.rows * gate.cols;
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = f(gate)[i];
-      f(out)[i] = g / (1.f + std::exp(-g)) * f(up)[i];
+    for (int64_t r = 0; r < gate.rows; ++r) {
+      const float* gr = f(gate) + r * gate.pitch();
+      const float* ur = f(up) + r * up.pitch();
+      float* o = f(out) + r * out.pitch();
+      for (int64_t c = 0; c < gate.cols; ++c) o[c] = gr[c] / (1.f + std::exp(-gr[c])) * ur[c];
     }
   }
 

@@ -101,6 +101,7 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
     st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   }
   const auto t1 = clock::now();
+  const double wait0 = model.backend().device_wait_seconds();
   for (;;) {
     tokens.clear();
     slots.clear();
@@ -116,7 +117,9 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
       active.push_back(i);
     }
     if (active.empty()) break;
+    const auto f0 = clock::now();
     std::vector<float> logits = model.forward(tokens, slots, positions, logit_rows);
+    st.decode_forward_seconds += std::chrono::duration<double>(clock::now() - f0).count();
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t i = active[a];
       done[i] = !accept(i, std::span<float>(logits.data() + a * V, static_cast<size_t>(V)));
@@ -124,6 +127,7 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
     }
   }
   st.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  st.decode_device_wait_seconds = model.backend().device_wait_seconds() - wait0;
   if (stats) *stats = st;
   return out;
 }

@@ -37,6 +37,9 @@ struct GenerateStats {
   double prefill_seconds = 0;
   int64_t decode_tokens = 0;  // tokens produced by decode steps (all sequences)
   double decode_seconds = 0;
+  double decode_forward_seconds = 0;      // of decode_seconds: inside Model::forward (the rest is
+                                          // sampling, stop checks and streaming on the host)
+  double decode_device_wait_seconds = 0;  // of that: the backend waiting for the device
   double prefill_tok_per_s() const {
     return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0;
   }

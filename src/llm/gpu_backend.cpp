@@ -1,16 +1,33 @@
 // The engine's GPU backend: every Backend op on tessel's public kernels, bf16 on the device.
 // Weights are uploaded once as bf16 (matrices (N, K) row-major = tessel::gemm's B in nk layout,
 // biases fused in its epilogue); activations are bf16 device buffers; only download() syncs.
-// The small host arrays of a step (token ids, positions, cos/sin tables, the slot layout) are
-// uploaded once per step: every layer passes the same host contents, so an upload is skipped
-// when the contents equal the last ones. Memory comes from the stream-ordered allocator, so the
-// per-step scratch of Model::forward costs no device sync.
+//
+// Steps. begin_step() packs the step's small host arrays (token ids, positions, logits rows,
+// cos/sin tables, per-sequence lengths and block tables) into one pinned buffer and copies it
+// with ONE cudaMemcpyAsync into a fixed device buffer; the ops of the step read from there.
+// run_step() with a key >= 0 (Model's decode steps of one batch size) records the step's
+// launches into a CUDA graph on its second occurrence (the first runs eagerly, so tessel's
+// autotuner and per-stream scratch are settled before capture) and replays the graph from then
+// on: a replay is the input copy plus one cudaGraphLaunch. TESSEL_CUDA_GRAPHS=0 turns graphs
+// off. A recorded step is only valid while the buffers it captured live: growing the KV pool
+// or the input buffer, or kv_reserve(), drops every graph.
+//
+// KV cache: a paged pool per layer, (pages, page_size, kv_dim) for K and for V, page_size 64
+// (TESSEL_KV_PAGE_SIZE overrides). Each slot owns a list of pages, allocated on the host as its
+// sequence grows (begin_step), returned when a step rewrites the slot from an earlier position
+// or kv_free(); the pool grows by doubling up to slots · ceil(max_seq / page_size) pages, so
+// memory follows the tokens actually cached.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "llm/backend.hpp"
@@ -45,9 +62,13 @@ float from_bf16(uint16_t h) {
   throw Error(TESSEL_ERROR_INVALID_ARGUMENT, std::string("tessel::llm_gpu_") + op + ": " + what);
 }
 
-// A device copy of a small host array, re-uploaded only when the contents change.
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoll(v) : fallback;
+}
+
+// A device copy of a small host array, for ops called outside a step (tests, tools).
 struct Staged {
-  std::vector<unsigned char> host;
   void* dev = nullptr;
   size_t capacity = 0;
 };
@@ -58,12 +79,23 @@ struct Run {
   int32_t slot = 0, seqlen = 0;  // seqlen: last position + 1
 };
 
+// Byte offsets of the parts of a step's input buffer (each 256-byte aligned).
+struct InputLayout {
+  size_t tokens = 0, pos = 0, rows = 0, cos = 0, sin = 0, seqlens = 0, seq_each = 0, table = 0;
+  size_t total = 0;
+};
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// What a recorded step depends on besides the buffers: the model's key and the step's shape.
+using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t>;
+
 class GpuBackend final : public Backend {
  public:
   GpuBackend() {
     TESSEL_CUDA_CHECK(cudaGetDevice(&device_));
     TESSEL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    // Keep freed scratch in the pool: Model::forward allocates and frees it every step.
+    // Keep freed scratch in the pool: Model::forward allocates and frees prefill scratch.
     cudaMemPool_t pool;
     TESSEL_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
     uint64_t keep = UINT64_MAX;
@@ -71,18 +103,27 @@ class GpuBackend final : public Backend {
     cudaDeviceProp prop{};
     TESSEL_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
+    TESSEL_CUDA_CHECK(cudaEventCreateWithFlags(&input_copied_, cudaEventDisableTiming));
+    const char* g = std::getenv("TESSEL_CUDA_GRAPHS");
+    graphs_enabled_ = !(g && std::string(g) == "0");
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(stream_);
-    for (Staged* s : {&tokens_, &positions_, &cos_, &sin_, &rows_, &layout_})
+    drop_graphs();
+    for (Staged* s : {&tokens_, &positions_, &cos_, &sin_, &rows_})
       if (s->dev) cudaFreeAsync(s->dev, stream_);
-    if (k_cache_) cudaFreeAsync(k_cache_, stream_);
-    if (v_cache_) cudaFreeAsync(v_cache_, stream_);
+    for (void* p : {k_pool_, v_pool_, input_dev_, pos_tmp_})
+      if (p) cudaFreeAsync(p, stream_);
     cudaStreamSynchronize(stream_);
+    if (input_host_) cudaFreeHost(input_host_);
+    if (download_host_) cudaFreeHost(download_host_);
+    cudaEventDestroy(input_copied_);
     cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override { return "gpu (bf16, " + device_name_ + ")"; }
+  std::string name() const override {
+    return "gpu (bf16, " + device_name_ + (graphs_enabled_ ? ", CUDA graphs)" : ")");
+  }
 
   // ---- memory
   Buf upload(const HostTensor& t) override {
@@ -111,36 +152,214 @@ class GpuBackend final : public Backend {
     b = Buf{};
   }
   void download(const Buf& b, float* dst) override {
-    std::vector<uint16_t> h(static_cast<size_t>(b.rows * b.cols));
-    TESSEL_CUDA_CHECK(
-        cudaMemcpyAsync(h.data(), b.ptr, h.size() * 2, cudaMemcpyDeviceToHost, stream_));
+    // Through a kept pinned buffer: batch-16 logits of a 128k vocabulary are 4 MB per step.
+    const size_t n = static_cast<size_t>(b.rows * b.cols);
+    if (n * 2 > download_capacity_) {
+      if (download_host_) TESSEL_CUDA_CHECK(cudaFreeHost(download_host_));
+      download_host_ = nullptr;
+      download_capacity_ = std::max<size_t>(n * 2, 1 << 20);
+      TESSEL_CUDA_CHECK(cudaMallocHost(&download_host_, download_capacity_));
+    }
+    if (b.ld == 0 || b.ld == b.cols)
+      TESSEL_CUDA_CHECK(
+          cudaMemcpyAsync(download_host_, b.ptr, n * 2, cudaMemcpyDeviceToHost, stream_));
+    else
+      TESSEL_CUDA_CHECK(cudaMemcpy2DAsync(download_host_, b.cols * 2, b.ptr, b.ld * 2, b.cols * 2,
+                                          b.rows, cudaMemcpyDeviceToHost, stream_));
+    const auto w0 = std::chrono::steady_clock::now();
     TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one sync of a step
-    for (size_t i = 0; i < h.size(); ++i) dst[i] = from_bf16(h[i]);
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    const auto* h = static_cast<const uint16_t*>(download_host_);
+    for (size_t i = 0; i < n; ++i) dst[i] = from_bf16(h[i]);
   }
-  size_t bytes_in_use() const override { return bytes_ + 2 * kv_bytes_; }
+  double device_wait_seconds() const override { return wait_seconds_; }
+  size_t bytes_in_use() const override { return bytes_ + 2 * pool_bytes(pool_pages_); }
+  Buf cols_view(const Buf& b, int64_t col0, int64_t n) const override {
+    if (col0 < 0 || n < 0 || col0 + n > b.cols || b.ld != 0)
+      fail("cols_view", "'b' expected a dense buffer of >= " + std::to_string(col0 + n) +
+                            " cols, got (" + std::to_string(b.rows) + ", " +
+                            std::to_string(b.cols) + ") pitch " + std::to_string(b.pitch()));
+    Buf v;
+    v.ptr = static_cast<uint16_t*>(b.ptr) + col0;
+    v.rows = b.rows;
+    v.cols = n;
+    v.ld = b.cols;
+    return v;
+  }
 
+  // ---- KV cache
   void kv_reserve(int64_t n_layers, int64_t slots, int64_t max_seq, int64_t kv_dim) override {
-    if (k_cache_) TESSEL_CUDA_CHECK(cudaFreeAsync(k_cache_, stream_));
-    if (v_cache_) TESSEL_CUDA_CHECK(cudaFreeAsync(v_cache_, stream_));
-    k_cache_ = v_cache_ = nullptr;
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    drop_graphs();
+    for (void** p : {&k_pool_, &v_pool_})
+      if (*p) {
+        TESSEL_CUDA_CHECK(cudaFreeAsync(*p, stream_));
+        *p = nullptr;
+      }
     n_layers_ = n_layers;
     slots_ = slots;
     max_seq_ = max_seq;
     kv_dim_ = kv_dim;
-    kv_bytes_ = static_cast<size_t>(n_layers * slots * max_seq * kv_dim) * 2;
-    TESSEL_CUDA_CHECK(cudaMallocAsync(&k_cache_, std::max<size_t>(kv_bytes_, 16), stream_));
-    TESSEL_CUDA_CHECK(cudaMallocAsync(&v_cache_, std::max<size_t>(kv_bytes_, 16), stream_));
-    layout_.host.clear();  // force a fresh slot layout
+    page_size_ = std::clamp<int64_t>(env_int("TESSEL_KV_PAGE_SIZE", 64), 1, 1 << 16);
+    pages_per_slot_ = (max_seq + page_size_ - 1) / page_size_;
+    table_width_ = (pages_per_slot_ + 3) / 4 * 4;  // rows of the block table stay 16-byte aligned
+    max_pool_pages_ = slots * pages_per_slot_;
+    pool_pages_ = 0;
+    slot_pages_.assign(static_cast<size_t>(slots), {});
+    free_pages_.clear();
+    step_ = StepInputs{};
+  }
+  void kv_free(int64_t slot) override {
+    if (slot < 0 || slot >= slots_)
+      fail("kv_free",
+           "'slot' expected < " + std::to_string(slots_) + ", got " + std::to_string(slot));
+    std::vector<int32_t>& pages = slot_pages_[slot];
+    free_pages_.insert(free_pages_.end(), pages.rbegin(), pages.rend());
+    pages.clear();
+  }
+
+  // ---- steps
+  void begin_step(const StepInputs& in) override {
+    if (!k_pool_ && max_pool_pages_ == 0)
+      fail("kv_store", "'kv cache' expected kv_reserve() first, got none");
+    for (int64_t r = 0; r < in.rows; ++r)
+      if (in.slot[r] < 0 || in.slot[r] >= slots_ || in.pos[r] < 0 || in.pos[r] >= max_seq_)
+        fail("kv_cache", "'slot/pos' expected slot < " + std::to_string(slots_) + " and pos < " +
+                             std::to_string(max_seq_) + ", got " + std::to_string(in.slot[r]) +
+                             "/" + std::to_string(in.pos[r]));
+    // Runs of the step.
+    runs_.clear();
+    for (int64_t r = 0; r < in.rows; ++r) {
+      if (r > 0 && in.slot[r] == in.slot[r - 1] && in.pos[r] == in.pos[r - 1] + 1) {
+        ++runs_.back().len;
+        ++runs_.back().seqlen;
+      } else {
+        runs_.push_back({r, 1, in.slot[r], in.pos[r] + 1});
+      }
+    }
+    uniform_ = true;
+    for (const Run& run : runs_) uniform_ = uniform_ && run.len == runs_[0].len;
+    // Pages: each slot written by this step keeps exactly the pages of positions 0..last.
+    std::map<int32_t, int32_t> last;
+    for (int64_t r = 0; r < in.rows; ++r) {
+      auto [it, fresh] = last.emplace(in.slot[r], in.pos[r]);
+      if (!fresh) it->second = std::max(it->second, in.pos[r]);
+    }
+    int64_t missing = 0;
+    for (const auto& [slot, p] : last) {
+      std::vector<int32_t>& pages = slot_pages_[slot];
+      const size_t need = static_cast<size_t>(p / page_size_ + 1);
+      while (pages.size() > need) free_pages_.push_back(pages.back()), pages.pop_back();
+      missing += static_cast<int64_t>(need - pages.size());
+    }
+    grow_pool(missing);
+    for (const auto& [slot, p] : last) {
+      std::vector<int32_t>& pages = slot_pages_[slot];
+      while (pages.size() < static_cast<size_t>(p / page_size_ + 1)) {
+        pages.push_back(free_pages_.back());
+        free_pages_.pop_back();
+      }
+    }
+    // Pack the inputs.
+    const int64_t n = static_cast<int64_t>(runs_.size());
+    InputLayout L;
+    size_t at = 0;
+    auto part = [&](size_t bytes) {
+      const size_t off = at;
+      at += align256(bytes);
+      return off;
+    };
+    L.tokens = part(in.tokens ? in.rows * 4 : 0);
+    L.pos = part(in.rows * 4);
+    L.rows = part(in.n_logits * 8);
+    L.cos = part(in.cos ? in.rows * in.rope_half * 4 : 0);
+    L.sin = part(in.cos ? in.rows * in.rope_half * 4 : 0);
+    L.seqlens = part(n * 4);
+    L.seq_each = part(n * 16);
+    L.table = part(n * table_width_ * 4);
+    L.total = at;
+    ensure_input_capacity(L.total);
+    // The previous step's copy out of the pinned buffer must be done before it is rewritten.
+    TESSEL_CUDA_CHECK(cudaEventSynchronize(input_copied_));
+    auto* h = static_cast<unsigned char*>(input_host_);
+    if (in.tokens) std::memcpy(h + L.tokens, in.tokens, in.rows * 4);
+    std::memcpy(h + L.pos, in.pos, in.rows * 4);
+    if (in.n_logits) std::memcpy(h + L.rows, in.logits_rows, in.n_logits * 8);
+    if (in.cos) {
+      std::memcpy(h + L.cos, in.cos, in.rows * in.rope_half * 4);
+      std::memcpy(h + L.sin, in.sin, in.rows * in.rope_half * 4);
+    }
+    auto* seqlens = reinterpret_cast<int32_t*>(h + L.seqlens);
+    auto* each = reinterpret_cast<int32_t*>(h + L.seq_each);
+    auto* table = reinterpret_cast<int32_t*>(h + L.table);
+    std::memset(each, 0, n * 16);
+    std::memset(table, 0, n * table_width_ * 4);
+    for (int64_t i = 0; i < n; ++i) {
+      seqlens[i] = runs_[i].seqlen;
+      each[4 * i] = runs_[i].seqlen;
+      const std::vector<int32_t>& pages = slot_pages_[runs_[i].slot];
+      std::copy(pages.begin(), pages.end(), table + i * table_width_);
+    }
+    TESSEL_CUDA_CHECK(
+        cudaMemcpyAsync(input_dev_, input_host_, L.total, cudaMemcpyHostToDevice, stream_));
+    TESSEL_CUDA_CHECK(cudaEventRecord(input_copied_, stream_));
+    step_ = in;
+    in_ = L;
+    in_step_ = true;
+  }
+
+  void run_step(int64_t key, const std::function<void()>& ops) override {
+    struct End {
+      GpuBackend* b;
+      ~End() { b->in_step_ = false; }  // later direct op calls do not see this step's inputs
+    } end{this};
+    if (key < 0 || !graphs_enabled_) return ops();
+    const GraphKey gk{key,
+                      step_.rows,
+                      step_.n_logits,
+                      static_cast<int64_t>(runs_.size()),
+                      runs_.empty() ? 0 : runs_[0].len,
+                      uniform_,
+                      step_.rope_half};
+    if (auto it = graphs_.find(gk); it != graphs_.end()) {
+      TESSEL_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      return;
+    }
+    // The first step of a shape runs eagerly: it tunes GEMM configs and sizes the per-stream
+    // scratch that the capture then reuses (no tuning, allocation or sync inside a capture).
+    if (warmed_.insert(gk).second) return ops();
+    TESSEL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    try {
+      ops();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    cudaGraph_t g = nullptr;
+    TESSEL_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    TESSEL_CUDA_CHECK(err);
+    graphs_[gk] = exec;
+    TESSEL_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   }
 
   // ---- ops
   void embedding(const int32_t* tokens, const Buf& table, Buf& out) override {
-    for (int64_t r = 0; r < out.rows; ++r)
-      if (tokens[r] < 0 || tokens[r] >= table.rows)
-        fail("embedding", "'tokens' expected ids in [0, " + std::to_string(table.rows) + "), got " +
-                              std::to_string(tokens[r]));
-    const Tensor ids =
-        Tensor::contiguous(stage(tokens_, tokens, out.rows * 4), DType::i32, {out.rows});
+    void* ids_dev = nullptr;
+    if (in_step_ && tokens == step_.tokens && out.rows == step_.rows) {
+      ids_dev = input(in_.tokens);
+    } else {
+      for (int64_t r = 0; r < out.rows; ++r)
+        if (tokens[r] < 0 || tokens[r] >= table.rows)
+          fail("embedding", "'tokens' expected ids in [0, " + std::to_string(table.rows) +
+                                "), got " + std::to_string(tokens[r]));
+      ids_dev = stage(tokens_, tokens, out.rows * 4);
+    }
+    const Tensor ids = Tensor::contiguous(ids_dev, DType::i32, {out.rows});
     Tensor o = mat(out);
     tessel::embedding(ids, mat(table), o, false, stream_);
   }
@@ -149,17 +368,28 @@ class GpuBackend final : public Backend {
       if (positions[r] < 0 || positions[r] >= table.rows)
         fail("add_rows", "'positions' expected [0, " + std::to_string(table.rows) + "), got " +
                              std::to_string(positions[r]));
-    const Tensor ids =
-        Tensor::contiguous(stage(positions_, positions, x.rows * 4), DType::i32, {x.rows});
-    Buf tmp = alloc(x.rows, x.cols);
-    Tensor t = mat(tmp), xt = mat(x);
+    void* ids_dev = in_step_ && positions == step_.pos && x.rows == step_.rows
+                        ? input(in_.pos)
+                        : stage(positions_, positions, x.rows * 4);
+    const Tensor ids = Tensor::contiguous(ids_dev, DType::i32, {x.rows});
+    // A kept scratch (grown outside captures: the eager first step of a shape sizes it).
+    const size_t need = static_cast<size_t>(x.rows * x.cols) * 2;
+    if (need > pos_tmp_bytes_) {
+      if (pos_tmp_) TESSEL_CUDA_CHECK(cudaFreeAsync(pos_tmp_, stream_));
+      TESSEL_CUDA_CHECK(cudaMallocAsync(&pos_tmp_, need, stream_));
+      pos_tmp_bytes_ = need;
+    }
+    Tensor t = Tensor::contiguous(pos_tmp_, DType::bf16, {x.rows, x.cols}), xt = mat(x);
     tessel::embedding(ids, mat(table), t, false, stream_);
     tessel::add(xt, t, xt, stream_);
-    release(tmp);
   }
   void rms_norm(const Buf& x, const Buf& w, float eps, Buf& out) override {
     Tensor o = mat(out);
     tessel::rms_norm(mat(x), vec(w), o, nullptr, eps, stream_);
+  }
+  void add_rms_norm(Buf& x, const Buf& y, const Buf& w, float eps, Buf& out) override {
+    Tensor h = mat(x), o = mat(out);
+    tessel::rms_norm_add(mat(x), mat(y), vec(w), h, o, nullptr, eps, stream_);
   }
   void layer_norm(const Buf& x, const Buf& w, const Buf& b, float eps, Buf& out) override {
     Tensor o = mat(out);
@@ -180,40 +410,47 @@ class GpuBackend final : public Backend {
       fail("rope", "'x' expected (rows, " + std::to_string(n_heads * head_dim) +
                        ") and an even rope_dim <= head_dim, got cols " + std::to_string(x.cols) +
                        ", rope_dim " + std::to_string(rope_dim));
-    const size_t n = static_cast<size_t>(x.rows * (rope_dim / 2)) * 4;
-    const float* c = static_cast<const float*>(stage(cos_, cos, n));
-    const float* s = static_cast<const float*>(stage(sin_, sin, n));
-    llm_engine::rope_tables_bf16(x.ptr, x.rows, n_heads, head_dim, rope_dim,
+    const float* c;
+    const float* s;
+    if (in_step_ && cos == step_.cos && x.rows == step_.rows && rope_dim / 2 == step_.rope_half) {
+      c = static_cast<const float*>(input(in_.cos));
+      s = static_cast<const float*>(input(in_.sin));
+    } else {
+      const size_t n = static_cast<size_t>(x.rows * (rope_dim / 2)) * 4;
+      c = static_cast<const float*>(stage(cos_, cos, n));
+      s = static_cast<const float*>(stage(sin_, sin, n));
+    }
+    llm_engine::rope_tables_bf16(x.ptr, x.rows, x.pitch(), n_heads, head_dim, rope_dim,
                                  style == RopeStyle::neox, c, s, stream_);
   }
   void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) override {
-    if (!k_cache_) fail("kv_store", "'kv cache' expected kv_reserve() first, got none");
+    if (max_pool_pages_ == 0) fail("kv_store", "'kv cache' expected kv_reserve() first, got none");
     if (k.cols != kv_dim_ || v.cols != kv_dim_ || v.rows != k.rows || k.rows != rows.rows)
       fail("kv_store", "'k/v' expected (" + std::to_string(rows.rows) + ", " +
                            std::to_string(kv_dim_) + "), got (" + std::to_string(k.rows) + ", " +
                            std::to_string(k.cols) + ")");
+    ensure_layout(rows);
     // A cache row is kv_dim contiguous elements whatever the head split: append whole rows.
     const int64_t D = kv_dim_;
-    plan(rows);
     for_each_call(
         [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
           const Tensor kn = rows_view(k, start, B, Sq, kv_dim_ / D, D);
           const Tensor vn = rows_view(v, start, B, Sq, kv_dim_ / D, D);
-          Tensor kc = cache_view(k_cache_, layer, D), vc = cache_view(v_cache_, layer, D);
+          Tensor kc = cache_view(k_pool_, layer, D), vc = cache_view(v_pool_, layer, D);
           tessel::append_kv(kn, vn, kc, vc, &table, seqlens, false, stream_);
         });
   }
   void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const RowLayout& rows, Buf& out) override {
-    if (!k_cache_) fail("attention", "'kv cache' expected kv_reserve() first, got none");
+    if (max_pool_pages_ == 0) fail("attention", "'kv cache' expected kv_reserve() first, got none");
     if (n_kv_heads * head_dim != kv_dim_ || q.cols != n_heads * head_dim || out.cols != q.cols)
       fail("attention", "'q/out' expected (rows, " + std::to_string(n_heads * head_dim) +
                             ") with n_kv_heads·head_dim " + std::to_string(kv_dim_) + ", got " +
                             std::to_string(q.cols) + "/" + std::to_string(out.cols) + ", " +
                             std::to_string(n_kv_heads * head_dim));
-    plan(rows);
-    const Tensor kc = cache_view(k_cache_, layer, head_dim);
-    const Tensor vc = cache_view(v_cache_, layer, head_dim);
+    ensure_layout(rows);
+    const Tensor kc = cache_view(k_pool_, layer, head_dim);
+    const Tensor vc = cache_view(v_pool_, layer, head_dim);
     for_each_call(
         [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
           const Tensor qv = rows_view(q, start, B, Sq, n_heads, head_dim);
@@ -236,11 +473,17 @@ class GpuBackend final : public Backend {
     tessel::add(t, mat(y), t, stream_);
   }
   void gather_rows(const Buf& x, const int64_t* rows, int64_t n, Buf& out) override {
-    for (int64_t i = 0; i < n; ++i)
-      if (rows[i] < 0 || rows[i] >= x.rows)
-        fail("gather_rows",
-             "'rows' expected [0, " + std::to_string(x.rows) + "), got " + std::to_string(rows[i]));
-    const Tensor ids = Tensor::contiguous(stage(rows_, rows, n * 8), DType::i64, {n});
+    void* ids_dev = nullptr;
+    if (in_step_ && rows == step_.logits_rows && n == step_.n_logits) {
+      ids_dev = input(in_.rows);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        if (rows[i] < 0 || rows[i] >= x.rows)
+          fail("gather_rows", "'rows' expected [0, " + std::to_string(x.rows) + "), got " +
+                                  std::to_string(rows[i]));
+      ids_dev = stage(rows_, rows, n * 8);
+    }
+    const Tensor ids = Tensor::contiguous(ids_dev, DType::i64, {n});
     Tensor o = mat(out);
     tessel::embedding(ids, mat(x), o, false, stream_);
   }
@@ -248,110 +491,159 @@ class GpuBackend final : public Backend {
  private:
   static size_t bytes(const Buf& b) { return static_cast<size_t>(b.rows * b.cols) * 2; }
   static Tensor mat(const Buf& b) {
-    return Tensor::contiguous(b.ptr, DType::bf16, {b.rows, b.cols});
+    Tensor t = Tensor::contiguous(b.ptr, DType::bf16, {b.rows, b.cols});
+    t.strides[0] = b.pitch();
+    return t;
   }
   static Tensor vec(const Buf& b) {
     return Tensor::contiguous(b.ptr, DType::bf16, {b.rows * b.cols});
   }
+  void* input(size_t offset) const { return static_cast<unsigned char*>(input_dev_) + offset; }
+  size_t pool_bytes(int64_t pages) const {
+    return static_cast<size_t>(n_layers_ * pages * page_size_ * kv_dim_) * 2;
+  }
 
+  // Ops called outside a step: a pageable copy (not capturable; never used by Model::forward).
   void* stage(Staged& s, const void* host, size_t n) {
-    if (s.host.size() == n && s.dev && std::memcmp(s.host.data(), host, n) == 0) return s.dev;
     if (n > s.capacity) {
       if (s.dev) TESSEL_CUDA_CHECK(cudaFreeAsync(s.dev, stream_));
       s.capacity = std::max<size_t>(n, 256);
       TESSEL_CUDA_CHECK(cudaMallocAsync(&s.dev, s.capacity, stream_));
     }
-    s.host.assign(static_cast<const unsigned char*>(host),
-                  static_cast<const unsigned char*>(host) + n);
-    // Pageable source: staged by the driver before the call returns, ordered in the stream.
-    TESSEL_CUDA_CHECK(cudaMemcpyAsync(s.dev, s.host.data(), n, cudaMemcpyHostToDevice, stream_));
+    TESSEL_CUDA_CHECK(cudaMemcpyAsync(s.dev, host, n, cudaMemcpyHostToDevice, stream_));
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` may die after the call
     return s.dev;
   }
 
-  // Splits a step's rows into runs and uploads seqlens / block tables once per layout:
-  // [seqlens (n) | table (n) | per run: seqlen,0,0,0, slot,0,0,0], each part 16-byte aligned.
-  void plan(const RowLayout& rows) {
-    std::vector<int32_t> key(static_cast<size_t>(2 * rows.rows));
-    for (int64_t r = 0; r < rows.rows; ++r) {
-      if (rows.slot[r] < 0 || rows.slot[r] >= slots_ || rows.pos[r] < 0 || rows.pos[r] >= max_seq_)
-        fail("kv_cache", "'slot/pos' expected slot < " + std::to_string(slots_) + " and pos < " +
-                             std::to_string(max_seq_) + ", got " + std::to_string(rows.slot[r]) +
-                             "/" + std::to_string(rows.pos[r]));
-      key[2 * r] = rows.slot[r];
-      key[2 * r + 1] = rows.pos[r];
-    }
-    if (key == plan_key_ && layout_.dev) return;
-    plan_key_ = key;
-    runs_.clear();
-    for (int64_t r = 0; r < rows.rows; ++r) {
-      if (r > 0 && rows.slot[r] == rows.slot[r - 1] && rows.pos[r] == rows.pos[r - 1] + 1) {
-        ++runs_.back().len;
-        ++runs_.back().seqlen;
-      } else {
-        runs_.push_back({r, 1, rows.slot[r], rows.pos[r] + 1});
+  void ensure_input_capacity(size_t bytes) {
+    if (bytes <= input_capacity_) return;
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    drop_graphs();  // they captured the old device buffer
+    if (input_host_) TESSEL_CUDA_CHECK(cudaFreeHost(input_host_));
+    if (input_dev_) TESSEL_CUDA_CHECK(cudaFreeAsync(input_dev_, stream_));
+    input_capacity_ = std::max<size_t>(bytes, 64 << 10);
+    TESSEL_CUDA_CHECK(cudaMallocHost(&input_host_, input_capacity_));
+    TESSEL_CUDA_CHECK(cudaMallocAsync(&input_dev_, input_capacity_, stream_));
+  }
+
+  // Makes `want` free pages available, growing the pool (at least doubling, at most every
+  // slot's full length). Growing moves the pool: graphs that captured it are dropped.
+  void grow_pool(int64_t want) {
+    const int64_t lack = want - static_cast<int64_t>(free_pages_.size());
+    if (lack > 0) {
+      const int64_t grown = std::min(
+          max_pool_pages_, std::max<int64_t>({2 * pool_pages_, pool_pages_ + lack, slots_, 4}));
+      if (grown < pool_pages_ + lack)  // cannot happen: every slot fits max_seq
+        fail("kv_cache",
+             "'pages' expected at most " + std::to_string(max_pool_pages_) + " in use, got more");
+      TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      drop_graphs();
+      for (void** p : {&k_pool_, &v_pool_}) {
+        void* fresh = nullptr;
+        TESSEL_CUDA_CHECK(
+            cudaMallocAsync(&fresh, std::max<size_t>(pool_bytes(grown), 16), stream_));
+        if (*p) {
+          // Layer l's pages move from l·old to l·new pages into the pool.
+          const size_t page_bytes = pool_bytes(1) / static_cast<size_t>(n_layers_);
+          TESSEL_CUDA_CHECK(cudaMemcpy2DAsync(fresh, page_bytes * grown, *p,
+                                              page_bytes * pool_pages_, page_bytes * pool_pages_,
+                                              n_layers_, cudaMemcpyDeviceToDevice, stream_));
+          TESSEL_CUDA_CHECK(cudaFreeAsync(*p, stream_));
+        }
+        *p = fresh;
       }
+      for (int64_t i = grown - 1; i >= pool_pages_; --i)
+        free_pages_.push_back(static_cast<int32_t>(i));
+      pool_pages_ = grown;
     }
-    const int64_t n = static_cast<int64_t>(runs_.size());
-    padded_ = (n + 3) / 4 * 4;
-    std::vector<int32_t> h(static_cast<size_t>(2 * padded_ + 8 * n), 0);
-    uniform_ = true;
-    for (int64_t i = 0; i < n; ++i) {
-      h[i] = runs_[i].seqlen;
-      h[padded_ + i] = runs_[i].slot;
-      h[2 * padded_ + 8 * i] = runs_[i].seqlen;
-      h[2 * padded_ + 8 * i + 4] = runs_[i].slot;
-      uniform_ = uniform_ && runs_[i].len == runs_[0].len;
-    }
-    layout_.host.clear();
-    stage(layout_, h.data(), h.size() * 4);
+  }
+
+  void drop_graphs() {
+    for (auto& [k, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    warmed_.clear();
+  }
+
+  // Direct kv_store / attention calls (not those of the current step) lay out their rows first.
+  void ensure_layout(const RowLayout& rows) {
+    if (in_step_ && rows.slot == step_.slot && rows.pos == step_.pos && rows.rows == step_.rows)
+      return;
+    StepInputs in;
+    in.slot = rows.slot;
+    in.pos = rows.pos;
+    in.rows = rows.rows;
+    begin_step(in);
+    in_step_ = false;
   }
 
   // One decode_attention / append_kv call for all runs when they have one length (decode
   // steps, equal prompts), otherwise one call per run.
   template <class F>
   void for_each_call(F&& call) {
-    auto* base = static_cast<int32_t*>(layout_.dev);
     const int64_t n = static_cast<int64_t>(runs_.size());
+    auto* table = static_cast<int32_t*>(input(in_.table));
     if (uniform_) {
-      const Tensor seqlens = Tensor::contiguous(base, DType::i32, {n});
-      const Tensor table = Tensor::contiguous(base + padded_, DType::i32, {n, 1});
-      call(0, n, runs_[0].len, seqlens, table);
+      const Tensor seqlens = Tensor::contiguous(input(in_.seqlens), DType::i32, {n});
+      const Tensor t = Tensor::contiguous(table, DType::i32, {n, table_width_});
+      call(0, n, runs_[0].len, seqlens, t);
       return;
     }
+    auto* each = static_cast<int32_t*>(input(in_.seq_each));
     for (int64_t i = 0; i < n; ++i) {
-      int32_t* e = base + 2 * padded_ + 8 * i;
-      const Tensor seqlens = Tensor::contiguous(e, DType::i32, {1});
-      const Tensor table = Tensor::contiguous(e + 4, DType::i32, {1, 1});
-      call(runs_[i].start, 1, runs_[i].len, seqlens, table);
+      const Tensor seqlens = Tensor::contiguous(each + 4 * i, DType::i32, {1});
+      const Tensor t = Tensor::contiguous(table + i * table_width_, DType::i32, {1, table_width_});
+      call(runs_[i].start, 1, runs_[i].len, seqlens, t);
     }
   }
 
-  // Rows start.. of a (rows, heads·D) buffer as (B, Sq, heads, D).
+  // Rows start.. of a (rows, heads·D) buffer (dense or a column view) as (B, Sq, heads, D).
   static Tensor rows_view(const Buf& b, int64_t start, int64_t B, int64_t Sq, int64_t heads,
                           int64_t D) {
-    Tensor t = Tensor::contiguous(static_cast<uint16_t*>(b.ptr) + start * b.cols, DType::bf16,
+    Tensor t = Tensor::contiguous(static_cast<uint16_t*>(b.ptr) + start * b.pitch(), DType::bf16,
                                   {B, Sq, heads, D});
+    t.strides[1] = b.pitch();
+    t.strides[0] = Sq * b.pitch();
     return t;
   }
-  // The cache of one layer, (slots, max_seq, Hkv, D), as a paged cache with one page per slot:
-  // the block table then maps each run to its slot in any order.
-  Tensor cache_view(void* cache, int64_t layer, int64_t D) const {
-    return Tensor::contiguous(static_cast<uint16_t*>(cache) + layer * slots_ * max_seq_ * kv_dim_,
-                              DType::bf16, {slots_, max_seq_, kv_dim_ / D, D});
+  // The pages of one layer, (pool_pages, page_size, kv_dim / D, D).
+  Tensor cache_view(void* pool, int64_t layer, int64_t D) const {
+    return Tensor::contiguous(
+        static_cast<uint16_t*>(pool) + layer * pool_pages_ * page_size_ * kv_dim_, DType::bf16,
+        {pool_pages_, page_size_, kv_dim_ / D, D});
   }
 
   int device_ = 0;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
-  size_t bytes_ = 0, kv_bytes_ = 0;
-  void* k_cache_ = nullptr;
-  void* v_cache_ = nullptr;
+  size_t bytes_ = 0;
+  bool graphs_enabled_ = true;
+  // KV pool
+  void* k_pool_ = nullptr;
+  void* v_pool_ = nullptr;
   int64_t n_layers_ = 0, slots_ = 0, max_seq_ = 0, kv_dim_ = 0;
-  Staged tokens_, positions_, cos_, sin_, rows_, layout_;
-  std::vector<int32_t> plan_key_;
+  int64_t page_size_ = 64, pages_per_slot_ = 0, table_width_ = 0;
+  int64_t max_pool_pages_ = 0, pool_pages_ = 0;
+  std::vector<std::vector<int32_t>> slot_pages_;
+  std::vector<int32_t> free_pages_;
+  // step inputs
+  StepInputs step_;
+  InputLayout in_;
+  bool in_step_ = false;
+  void* input_host_ = nullptr;  // pinned
+  void* input_dev_ = nullptr;
+  size_t input_capacity_ = 0;
+  cudaEvent_t input_copied_ = nullptr;
+  void* download_host_ = nullptr;  // pinned
+  size_t download_capacity_ = 0;
+  double wait_seconds_ = 0;
   std::vector<Run> runs_;
-  int64_t padded_ = 0;
   bool uniform_ = true;
+  void* pos_tmp_ = nullptr;
+  size_t pos_tmp_bytes_ = 0;
+  Staged tokens_, positions_, cos_, sin_, rows_;
+  // recorded steps
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::set<GraphKey> warmed_;
 };
 
 }  // namespace

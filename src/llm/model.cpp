@@ -1,5 +1,6 @@
 #include "llm/model.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -74,10 +75,11 @@ Model::~Model() { release_weights(); }
 void Model::release_weights() {
   Backend& b = *backend_;
   for (Layer& l : layers_)
-    for (Buf* x :
-         {&l.attn_norm, &l.attn_norm_b, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.bo,
-          &l.ffn_norm, &l.ffn_norm_b, &l.w_gate, &l.w_up, &l.w_down, &l.b_up, &l.b_down})
+    for (Buf* x : {&l.attn_norm, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.ffn_norm,
+                   &l.ffn_norm_b, &l.w_up, &l.w_down, &l.b_up, &l.b_down})
       b.release(*x);
+  release_step_buffers(decode_buffers_);
+  decode_rows_ = 0;
   if (lm_head_is_embd_) lm_head_ = Buf{};
   for (Buf* x : {&tok_embd_, &pos_embd_, &out_norm_, &out_norm_b_, &lm_head_}) b.release(*x);
 }
@@ -105,12 +107,15 @@ void Model::load(const WeightSource& src, bool hf_names) {
         o.data[j * t.shape[0] + i] = t.data[i * t.shape[1] + j];
     return o;
   };
-  auto rows_of = [](const HostTensor& t, int64_t r0, int64_t r1) {
+  // Stacks tensors of equal trailing shape along dim 0 (fused projection weights / biases).
+  auto stack = [](std::initializer_list<const HostTensor*> parts) {
     HostTensor o;
-    const int64_t cols = t.numel() / t.shape[0];
-    o.shape = t.shape;
-    o.shape[0] = r1 - r0;
-    o.data.assign(t.data.begin() + r0 * cols, t.data.begin() + r1 * cols);
+    o.shape = (*parts.begin())->shape;
+    o.shape[0] = 0;
+    for (const HostTensor* p : parts) {
+      o.shape[0] += p->shape[0];
+      o.data.insert(o.data.end(), p->data.begin(), p->data.end());
+    }
     return o;
   };
   const int64_t H = c.hidden_size, F = c.ffn_size, V = c.vocab_size;
@@ -135,12 +140,8 @@ void Model::load(const WeightSource& src, bool hf_names) {
       l.attn_norm_b = up(fetch(name(g + "attn_norm.bias", h + "ln_1.bias"), {H}));
       const HostTensor qkv = lin(g + "attn_qkv.weight", h + "attn.c_attn.weight", 3 * H, H);
       const HostTensor qkv_b = fetch(name(g + "attn_qkv.bias", h + "attn.c_attn.bias"), {3 * H});
-      l.wq = up(rows_of(qkv, 0, H));
-      l.wk = up(rows_of(qkv, H, 2 * H));
-      l.wv = up(rows_of(qkv, 2 * H, 3 * H));
-      l.bq = up(rows_of(qkv_b, 0, H));
-      l.bk = up(rows_of(qkv_b, H, 2 * H));
-      l.bv = up(rows_of(qkv_b, 2 * H, 3 * H));
+      l.wqkv = up(qkv);  // already q | k | v
+      l.bqkv = up(qkv_b);
       l.wo = up(lin(g + "attn_output.weight", h + "attn.c_proj.weight", H, H));
       l.bo = up(fetch(name(g + "attn_output.bias", h + "attn.c_proj.bias"), {H}));
       l.ffn_norm = up(fetch(name(g + "ffn_norm.weight", h + "ln_2.weight"), {H}));
@@ -168,18 +169,25 @@ void Model::load(const WeightSource& src, bool hf_names) {
       Layer& l = layers_[i];
       const std::string g = "blk." + std::to_string(i) + ".";
       l.attn_norm = get(g + "attn_norm.weight", {H});
-      l.wq = get(g + "attn_q.weight", {qd, H});
-      l.wk = get(g + "attn_k.weight", {kvd, H});
-      l.wv = get(g + "attn_v.weight", {kvd, H});
+      {
+        const HostTensor wq = fetch(name(g + "attn_q.weight"), {qd, H});
+        const HostTensor wk = fetch(name(g + "attn_k.weight"), {kvd, H});
+        const HostTensor wv = fetch(name(g + "attn_v.weight"), {kvd, H});
+        l.wqkv = up(stack({&wq, &wk, &wv}));
+      }
       if (c.qkv_bias) {
-        l.bq = get(g + "attn_q.bias", {qd});
-        l.bk = get(g + "attn_k.bias", {kvd});
-        l.bv = get(g + "attn_v.bias", {kvd});
+        const HostTensor bq = fetch(name(g + "attn_q.bias"), {qd});
+        const HostTensor bk = fetch(name(g + "attn_k.bias"), {kvd});
+        const HostTensor bv = fetch(name(g + "attn_v.bias"), {kvd});
+        l.bqkv = up(stack({&bq, &bk, &bv}));
       }
       l.wo = get(g + "attn_output.weight", {H, qd});
       l.ffn_norm = get(g + "ffn_norm.weight", {H});
-      l.w_gate = get(g + "ffn_gate.weight", {F, H});
-      l.w_up = get(g + "ffn_up.weight", {F, H});
+      {
+        const HostTensor wg = fetch(name(g + "ffn_gate.weight"), {F, H});
+        const HostTensor wu = fetch(name(g + "ffn_up.weight"), {F, H});
+        l.w_up = up(stack({&wg, &wu}));
+      }
       l.w_down = get(g + "ffn_down.weight", {H, F});
     }
     const std::string head = name("output.weight");
@@ -246,6 +254,40 @@ void Model::rope_tables(const std::vector<int32_t>& positions, std::vector<float
     }
 }
 
+void Model::release_slot(int64_t slot) {
+  if (slot < 0 || slot >= slots_)
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT, "tessel::model: 'slot' expected < " +
+                                                   std::to_string(slots_) + ", got " +
+                                                   std::to_string(slot));
+  backend_->kv_free(slot);
+  slot_tokens_[slot].clear();
+}
+
+void Model::alloc_step_buffers(StepBuffers& s, int64_t M, int64_t n_out) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, F = c.ffn_size;
+  const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const bool gated = c.ffn == FfnKind::silu_gated;
+  Backend& b = *backend_;
+  s.x = b.alloc(M, H);
+  s.xn = b.alloc(M, H);
+  s.qkv = b.alloc(M, qd + 2 * kvd);
+  s.att = b.alloc(M, qd);
+  s.proj = b.alloc(M, H);
+  s.ffn = b.alloc(M, gated ? 2 * F : F);
+  if (gated) s.act = b.alloc(M, F);
+  if (n_out > 0) {
+    s.last = b.alloc(n_out, H);
+    s.last_n = b.alloc(n_out, H);
+    s.out = b.alloc(n_out, c.vocab_size);
+  }
+}
+
+void Model::release_step_buffers(StepBuffers& s) {
+  for (Buf* x : {&s.x, &s.xn, &s.qkv, &s.att, &s.proj, &s.ffn, &s.act, &s.last, &s.last_n, &s.out})
+    backend_->release(*x);
+}
+
 std::vector<float> Model::forward(const std::vector<int32_t>& tokens,
                                   const std::vector<int32_t>& slots,
                                   const std::vector<int32_t>& positions,
@@ -265,12 +307,20 @@ std::vector<float> Model::forward(const std::vector<int32_t>& tokens,
       throw Error(TESSEL_ERROR_INVALID_ARGUMENT, "tessel::model: 'logits_rows' expected < " +
                                                      std::to_string(M) + ", got " +
                                                      std::to_string(r));
+  // Checked here (not only by the backend's embedding) because a replayed step skips the ops.
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error(TESSEL_ERROR_INVALID_ARGUMENT, "tessel::model: 'tokens' expected ids in [0, " +
+                                                     std::to_string(c.vocab_size) + "), got " +
+                                                     std::to_string(t));
   for (int64_t r = 0; r < M; ++r) {
     if (slots[r] < 0 || slots[r] >= slots_ || positions[r] < 0 || positions[r] >= max_seq_)
       throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
                   "tessel::model: 'slots/positions' expected slot < " + std::to_string(slots_) +
                       " and position < " + std::to_string(max_seq_) + ", got " +
                       std::to_string(slots[r]) + "/" + std::to_string(positions[r]));
+  }
+  for (int64_t r = 0; r < M; ++r) {
     // Writing position p makes the cache's contents of this slot tokens[0..p].
     std::vector<int32_t>& cached = slot_tokens_[slots[r]];
     cached.resize(std::min(cached.size(), static_cast<size_t>(positions[r])), -1);
@@ -278,78 +328,120 @@ std::vector<float> Model::forward(const std::vector<int32_t>& tokens,
     cached.push_back(tokens[r]);
   }
   Backend& b = *backend_;
-  const int64_t H = c.hidden_size, F = c.ffn_size;
+  const int64_t F = c.ffn_size;
   const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const RowLayout rows{slots.data(), positions.data(), M};
+  const int64_t n_out = static_cast<int64_t>(logits_rows.size());
 
-  struct Scratch {
-    Backend& b;
-    std::vector<Buf> bufs;
-    Buf& make(int64_t r, int64_t cc) { return bufs.emplace_back(b.alloc(r, cc)); }
-    ~Scratch() {
-      for (Buf& x : bufs) b.release(x);
+  // A decode step (one token of each of M distinct slots, logits of every row in order) has
+  // the same op sequence for every step of its batch size: it runs on fixed buffers and the
+  // backend may record and replay it.
+  bool decode = M <= 256 && n_out == M;
+  for (int64_t r = 0; r < M && decode; ++r) decode = logits_rows[r] == r;
+  if (decode) {
+    std::vector<char> seen(static_cast<size_t>(slots_), 0);
+    for (int64_t r = 0; r < M && decode; ++r) decode = !seen[slots[r]]++;
+  }
+  StepBuffers eager;
+  struct Release {
+    Model* m;
+    StepBuffers* s;
+    ~Release() {
+      if (s) m->release_step_buffers(*s);
     }
-  } s{b, {}};
-  s.bufs.reserve(16);
-  Buf& x = s.make(M, H);
-  Buf& xn = s.make(M, H);
-  Buf& q = s.make(M, qd);
-  Buf& k = s.make(M, kvd);
-  Buf& v = s.make(M, kvd);
-  Buf& att = s.make(M, qd);
-  Buf& proj = s.make(M, H);
-  Buf& gate = s.make(M, F);
-  Buf& upb = s.make(M, F);
+  } release{this, nullptr};
+  StepBuffers s;
+  if (decode) {
+    if (M > decode_rows_) {
+      // Earlier recorded steps keep their keys (older generation) and are never replayed.
+      release_step_buffers(decode_buffers_);
+      decode_rows_ = std::max<int64_t>(M, std::min<int64_t>(2 * decode_rows_, 256));
+      alloc_step_buffers(decode_buffers_, decode_rows_, decode_rows_);
+      ++decode_generation_;
+    }
+    s = decode_buffers_;
+    for (Buf* x :
+         {&s.x, &s.xn, &s.qkv, &s.att, &s.proj, &s.ffn, &s.act, &s.last, &s.last_n, &s.out})
+      if (*x) x->rows = M;  // the first M rows of a dense buffer: same pointer
+  } else {
+    release.s = &eager;
+    alloc_step_buffers(eager, M, n_out);
+    s = eager;
+  }
 
   std::vector<float> cos, sin;
   if (c.rope_style != RopeStyle::none) rope_tables(positions, cos, sin);
+  StepInputs in;
+  in.tokens = tokens.data();
+  in.slot = slots.data();
+  in.pos = positions.data();
+  in.rows = M;
+  if (!cos.empty()) {
+    in.cos = cos.data();
+    in.sin = sin.data();
+    in.rope_half = c.rope_dim / 2;
+  }
+  in.logits_rows = logits_rows.data();
+  in.n_logits = n_out;
+  b.begin_step(in);
 
-  b.embedding(tokens.data(), tok_embd_, x);
-  if (c.learned_positions) b.add_rows(positions.data(), pos_embd_, x);
   const float eps = static_cast<float>(c.norm_eps);
-  auto norm = [&](const Buf& in, const Buf& w, const Buf& bias, Buf& out) {
+  auto norm = [&](const Buf& x, const Buf& w, const Buf& bias, Buf& out) {
     if (c.norm == NormKind::rms)
-      b.rms_norm(in, w, eps, out);
+      b.rms_norm(x, w, eps, out);
     else
-      b.layer_norm(in, w, bias, eps, out);
+      b.layer_norm(x, w, bias, eps, out);
+  };
+  // x += y, then out = norm(x): fused for RMSNorm.
+  auto add_norm = [&](Buf& x, const Buf& y, const Buf& w, const Buf& bias, Buf& out) {
+    if (c.norm == NormKind::rms) {
+      b.add_rms_norm(x, y, w, eps, out);
+    } else {
+      b.add(x, y);
+      b.layer_norm(x, w, bias, eps, out);
+    }
   };
   auto opt = [](const Buf& bias) { return bias ? &bias : nullptr; };
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    const Layer& l = layers_[li];
-    norm(x, l.attn_norm, l.attn_norm_b, xn);
-    b.matmul(xn, l.wq, opt(l.bq), q);
-    b.matmul(xn, l.wk, opt(l.bk), k);
-    b.matmul(xn, l.wv, opt(l.bv), v);
-    if (c.rope_style != RopeStyle::none) {
-      b.rope(q, c.n_heads, c.head_dim, c.rope_dim, c.rope_style, cos.data(), sin.data());
-      b.rope(k, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_style, cos.data(), sin.data());
+  auto ops = [&] {
+    b.embedding(tokens.data(), tok_embd_, s.x);
+    if (c.learned_positions) b.add_rows(positions.data(), pos_embd_, s.x);
+    const Buf q = b.cols_view(s.qkv, 0, qd);
+    const Buf k = b.cols_view(s.qkv, qd, kvd);
+    const Buf v = b.cols_view(s.qkv, qd + kvd, kvd);
+    Buf qk = b.cols_view(s.qkv, 0, qd + kvd);  // q and k heads are adjacent: one rotation
+    for (int64_t li = 0; li < c.n_layers; ++li) {
+      const Layer& l = layers_[li];
+      if (li == 0)
+        norm(s.x, l.attn_norm, l.attn_norm_b, s.xn);
+      else  // the previous layer's MLP residual, fused with this layer's norm
+        add_norm(s.x, s.proj, l.attn_norm, l.attn_norm_b, s.xn);
+      b.matmul(s.xn, l.wqkv, opt(l.bqkv), s.qkv);
+      if (c.rope_style != RopeStyle::none)
+        b.rope(qk, c.n_heads + c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_style, cos.data(),
+               sin.data());
+      b.kv_store(li, k, v, rows);
+      b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
+      b.matmul(s.att, l.wo, opt(l.bo), s.proj);
+      add_norm(s.x, s.proj, l.ffn_norm, l.ffn_norm_b, s.xn);
+      if (c.ffn == FfnKind::silu_gated) {
+        b.matmul(s.xn, l.w_up, nullptr, s.ffn);
+        b.silu_mul(b.cols_view(s.ffn, 0, F), b.cols_view(s.ffn, F, F), s.act);
+        b.matmul(s.act, l.w_down, opt(l.b_down), s.proj);
+      } else {
+        b.matmul(s.xn, l.w_up, opt(l.b_up), s.ffn);
+        b.gelu(s.ffn);
+        b.matmul(s.ffn, l.w_down, opt(l.b_down), s.proj);
+      }
     }
-    b.kv_store(li, k, v, rows);
-    b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, att);
-    b.matmul(att, l.wo, opt(l.bo), proj);
-    b.add(x, proj);
-    norm(x, l.ffn_norm, l.ffn_norm_b, xn);
-    if (c.ffn == FfnKind::silu_gated) {
-      b.matmul(xn, l.w_gate, nullptr, gate);
-      b.matmul(xn, l.w_up, nullptr, upb);
-      b.silu_mul(gate, upb, gate);
-    } else {
-      b.matmul(xn, l.w_up, opt(l.b_up), gate);
-      b.gelu(gate);
-    }
-    b.matmul(gate, l.w_down, opt(l.b_down), proj);
-    b.add(x, proj);
-  }
-  const int64_t n_out = static_cast<int64_t>(logits_rows.size());
+    b.add(s.x, s.proj);
+    if (n_out == 0) return;
+    b.gather_rows(s.x, logits_rows.data(), n_out, s.last);
+    norm(s.last, out_norm_, out_norm_b_, s.last_n);
+    b.matmul(s.last_n, lm_head_, nullptr, s.out);
+  };
+  b.run_step(decode ? (decode_generation_ << 16) + M : -1, ops);
   std::vector<float> logits(static_cast<size_t>(n_out * c.vocab_size));
-  if (n_out == 0) return logits;
-  Buf& last = s.make(n_out, H);
-  Buf& last_n = s.make(n_out, H);
-  Buf& out = s.make(n_out, c.vocab_size);
-  b.gather_rows(x, logits_rows.data(), n_out, last);
-  norm(last, out_norm_, out_norm_b_, last_n);
-  b.matmul(last_n, lm_head_, nullptr, out);
-  b.download(out, logits.data());
+  if (n_out > 0) b.download(s.out, logits.data());
   return logits;
 }
 

@@ -35,6 +35,8 @@ class Model {
   int64_t max_seq() const { return max_seq_; }
   // Tokens whose keys/values the cache holds for `slot`, positions 0.. in order.
   const std::vector<int32_t>& cached_tokens(int64_t slot) const { return slot_tokens_.at(slot); }
+  // Forgets what the cache holds for `slot` (its KV pages return to the pool).
+  void release_slot(int64_t slot);
 
   // Runs tokens[r] of sequence slots[r] at positions[r] (positions of a slot must be written in
   // order; earlier positions must already be cached). Returns the logits (vocab floats each) of
@@ -44,10 +46,20 @@ class Model {
                              const std::vector<int64_t>& logits_rows);
 
  private:
+  // wqkv = wq | wk | wv stacked along the output dim (one GEMM; q, k, v are column views of
+  // its output); w_up = w_gate | w_up likewise for SiLU-gated FFNs (GELU FFNs: just w_up).
   struct Layer {
-    Buf attn_norm, attn_norm_b, wq, wk, wv, bq, bk, bv, wo, bo;
-    Buf ffn_norm, ffn_norm_b, w_gate, w_up, w_down, b_up, b_down;
+    Buf attn_norm, attn_norm_b, wqkv, bqkv, wo, bo;
+    Buf ffn_norm, ffn_norm_b, w_up, w_down, b_up, b_down;
   };
+  // Activation buffers of one step. Decode steps use the first M rows of buffers kept for the
+  // model's lifetime (grown for a larger batch, with a new generation), so a recorded step
+  // (CUDA graph, keyed by M and the generation) always sees the same pointers.
+  struct StepBuffers {
+    Buf x, xn, qkv, att, proj, ffn, act, last, last_n, out;
+  };
+  void alloc_step_buffers(StepBuffers& s, int64_t rows, int64_t n_out);
+  void release_step_buffers(StepBuffers& s);
   void load(const WeightSource& src, bool hf_names);
   void release_weights();
   void rope_tables(const std::vector<int32_t>& positions, std::vector<float>& cos,
@@ -61,6 +73,8 @@ class Model {
   std::vector<Layer> layers_;
   int64_t slots_ = 0, max_seq_ = 0;
   std::vector<std::vector<int32_t>> slot_tokens_;
+  StepBuffers decode_buffers_;  // decode_rows_ rows
+  int64_t decode_rows_ = 0, decode_generation_ = 0;
 };
 
 // A model and its tokenizer from a path: a .gguf file or a Hugging Face folder (config.json,

@@ -138,11 +138,12 @@ void print_summary(const Session& s, const llm::GenerateStats& st, size_t sequen
   getrusage(RUSAGE_SELF, &ru);
   std::fprintf(stderr,
                "\n[tessel] %zu sequence(s): prefill %lld tok in %.4f s (%.1f tok/s), decode %lld "
-               "tok in %.4f s (%.2f tok/s); backend memory %.1f MiB, peak RSS %.1f MiB\n",
+               "tok in %.4f s (%.2f tok/s); backend memory %.1f MiB, peak RSS %.1f MiB; decode "
+               "steps in forward() %.4f s (waiting for the device %.4f s)\n",
                sequences, static_cast<long long>(st.prefill_tokens), st.prefill_seconds,
                st.prefill_tok_per_s(), static_cast<long long>(st.decode_tokens), st.decode_seconds,
                st.decode_tok_per_s(), s.lm.model->backend().bytes_in_use() / 1048576.0,
-               ru.ru_maxrss / 1024.0);
+               ru.ru_maxrss / 1024.0, st.decode_forward_seconds, st.decode_device_wait_seconds);
 }
 
 int run_command(const LlmOptions& o) {

@@ -7,6 +7,7 @@
 // The fused (..., 2H) layout is the two-tensor one with gate = x, up = x + H, pitch 2H.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "ops/rows.cuh"
 #include "tessel/activation.hpp"
@@ -22,8 +23,24 @@ enum class Mode : int { glu_fwd, glu_bwd, act_fwd, act_bwd };
 constexpr int kBlock = 256;
 constexpr int kRowUnroll = 2;
 
-// f = act(x), d = act'(x) (d only when NEED_D).
-template <Act A, bool NEED_D>
+// tanh for the tanh-GELU: tanh.approx.f32 (one MUFU.TANH, max relative error ~2^-11) when the
+// result is rounded to bf16 anyway (unit roundoff 2^-8); tanhf (~20 instructions) for f32 and
+// f16 (2^-11 is f16's own unit roundoff). With
+// tanhf the GELU backward issues ~40 instructions per 6 bytes moved and ran at 0.57 of copy
+// bandwidth (H100, 16384 x 4096 bf16) while geglu_bwd, ~45 per 10 bytes, ran at 0.97.
+template <bool FAST>
+__device__ __forceinline__ float gelu_tanh_of(float u) {
+  if constexpr (FAST) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+    return t;
+  } else {
+    return tanhf(u);
+  }
+}
+
+// f = act(x), d = act'(x) (d only when NEED_D). FAST: the result is stored as bf16.
+template <Act A, bool NEED_D, bool FAST = false>
 __device__ __forceinline__ void act_eval(float x, float& f, float& d) {
   // SiLU's sigmoid as __expf + __fdividef (MUFU.EX2 + MUFU.RCP) instead of an IEEE division:
   // silu_and_mul forward 0.88 -> 1.02 of copy bandwidth (H100). Error: a few ulp of f32.
@@ -36,14 +53,16 @@ __device__ __forceinline__ void act_eval(float x, float& f, float& d) {
     f = x * cdf;
     if constexpr (NEED_D) d = cdf + x * 0.3989422804014327f * __expf(-0.5f * x * x);
   } else {
-    // tanhf, not the sigmoid form s = 1/(1 + exp(-2u)): that form measured slower on H100
-    // (gelu_fwd 0.495 of copy bandwidth vs 0.896, geglu_fwd 0.676 vs 0.926; the backward,
-    // 0.557, did not move), so the GELU backward's gap is not its math (docs/llm_ops.md).
+    // tanh, not the sigmoid form s = 1/(1 + exp(-2u)): that form (with an IEEE division)
+    // measured slower on H100 (gelu_fwd 0.495 of copy bandwidth vs 0.896, geglu_fwd 0.676 vs
+    // 0.926; docs/llm_ops.md).
     constexpr float kA = 0.7978845608028654f, kC = 0.044715f;
     const float x2 = x * x;
-    const float t = tanhf(kA * x * fmaf(kC, x2, 1.f));
-    f = 0.5f * x * (1.f + t);
-    if constexpr (NEED_D) d = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kA * fmaf(3.f * kC, x2, 1.f);
+    const float t = gelu_tanh_of<FAST>(kA * x * fmaf(kC, x2, 1.f));
+    const float half_x = 0.5f * x;
+    f = fmaf(half_x, t, half_x);
+    if constexpr (NEED_D)
+      d = fmaf(0.5f, t, 0.5f) + half_x * fmaf(-t, t, 1.f) * kA * fmaf(3.f * kC, x2, 1.f);
   }
 }
 
@@ -86,7 +105,7 @@ __global__ void __launch_bounds__(kBlock) act_kernel(Ptrs p, int64_t rows, int64
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         float f, d = 0.f;
-        act_eval<A, kHasG>(to_f32(fa[u].v[j]), f, d);
+        act_eval<A, kHasG, std::is_same_v<T, __nv_bfloat16>>(to_f32(fa[u].v[j]), f, d);
         if constexpr (M == Mode::glu_fwd) {
           y0.v[j] = from_f32<T>(f * to_f32(fb[u].v[j]));
         } else if constexpr (M == Mode::glu_bwd) {
@@ -102,6 +121,43 @@ __global__ void __launch_bounds__(kBlock) act_kernel(Ptrs p, int64_t rows, int64
       store_frag<VEC>(O0 + r * p.p0 + c, y0);
       if constexpr (M == Mode::glu_bwd) store_frag<VEC>(O1 + r * p.p1 + c, y1);
     }
+  }
+}
+
+// GELU forward / backward over contiguous tensors as one flat range: a block covers
+// kFlatUnroll x kBlock consecutive 16-byte vectors of every tensor, each thread kFlatUnroll
+// of them (all loads first), like the elementwise ops (2R+1W at 1.01 of copy bandwidth).
+constexpr int kFlatUnroll = 4;
+
+template <class T, int VEC, Act A, Mode M>
+__global__ void __launch_bounds__(kBlock) act_flat_kernel(Ptrs p, int64_t nvec) {
+  static_assert(M == Mode::act_fwd || M == Mode::act_bwd, "single-tensor activations only");
+  constexpr bool kHasG = M == Mode::act_bwd;
+  const T* A_ = static_cast<const T*>(p.a);
+  const T* G_ = static_cast<const T*>(p.g);
+  T* O0 = static_cast<T*>(p.o0);
+  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kFlatUnroll * kBlock + threadIdx.x;
+  Frag<T, VEC> fa[kFlatUnroll], fg[kFlatUnroll];
+#pragma unroll
+  for (int u = 0; u < kFlatUnroll; ++u) {
+    const int64_t v = v0 + u * kBlock;
+    if (v >= nvec) continue;
+    fa[u] = load_frag<VEC>(A_ + v * VEC);
+    if constexpr (kHasG) fg[u] = load_frag<VEC>(G_ + v * VEC);
+  }
+#pragma unroll
+  for (int u = 0; u < kFlatUnroll; ++u) {
+    const int64_t v = v0 + u * kBlock;
+    if (v >= nvec) continue;
+    Frag<T, VEC> y;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      float f, d = 0.f;
+      act_eval<A, kHasG, std::is_same_v<T, __nv_bfloat16>>(to_f32(fa[u].v[j]), f, d);
+      if constexpr (kHasG) y.v[j] = from_f32<T>(to_f32(fg[u].v[j]) * d);
+      else y.v[j] = from_f32<T>(f);
+    }
+    store_frag<VEC>(O0 + v * VEC, y);
   }
 }
 
@@ -129,6 +185,16 @@ void launch(const char* op, Act act, DType dtype, const Ptrs& p, int64_t rows, i
                         ok(p.o0, p.p0) && ok(p.o1, p.p1);
     dispatch_act(act, [&](auto ac) {
       constexpr Act A = decltype(ac)::value;
+      if constexpr (M == Mode::act_fwd || M == Mode::act_bwd) {
+        const bool flat =
+            vec_ok && p.pa == cols && p.p0 == cols && (p.g == nullptr || p.pg == cols);
+        if (flat) {
+          const int64_t nvec = rows * cols / V;
+          const int64_t blocks = tile::ceil_div(nvec, int64_t{kFlatUnroll} * kBlock);
+          act_flat_kernel<T, V, A, M><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(p, nvec);
+          return;
+        }
+      }
       const int vec = vec_ok ? V : 1;
       const int64_t col_blocks = tile::ceil_div(tile::ceil_div(cols, vec), kBlock);
       const int64_t row_blocks = std::min<int64_t>(tile::ceil_div(rows, kRowUnroll), 65535);

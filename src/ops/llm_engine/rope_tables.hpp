@@ -9,9 +9,11 @@
 
 namespace tessel::llm_engine {
 
-// x: bf16 (rows, n_heads·head_dim) dense, rotated in place; cos/sin: f32 (rows, rope_dim / 2)
-// on the device. neox pairs (i, i + rope_dim/2), otherwise (gpt-j) pairs (2i, 2i + 1).
-void rope_tables_bf16(void* x, int64_t rows, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
-                      bool neox, const float* cos, const float* sin, cudaStream_t stream);
+// x: bf16 (rows, n_heads·head_dim) with row pitch ld (elements), rotated in place; cos/sin: f32
+// (rows, rope_dim / 2) on the device. neox pairs (i, i + rope_dim/2), otherwise (gpt-j) pairs (2i,
+// 2i + 1).
+void rope_tables_bf16(void* x, int64_t rows, int64_t ld, int64_t n_heads, int64_t head_dim,
+                      int64_t rope_dim, bool neox, const float* cos, const float* sin,
+                      cudaStream_t stream);
 
 }  // namespace tessel::llm_engine

@@ -3,24 +3,28 @@
 // Per row: max M, S = Σ exp(x - M), Σ x (label smoothing), x_t; then
 //   loss    = M + log S - (1-ε)·x_t - (ε/V)·Σ x
 //   dlogits = scale·(exp(x - M)/S - ε/V - (1-ε)·[j == t])
-// Three kernels, by row length (16-bit dtypes; f32 rows hold half as many elements per byte
-// but the same element counts apply):
+// Kernels, by row length:
 //   group   : V ≤ 16384, a group of 32..1024 threads holds the row in registers (rows.cuh
 //             RowConfig): logits read once, dlogits written once.
-//   cluster : 16384 < V ≤ 131072, a thread-block cluster of ⌈V/16384⌉ ≤ 8 CTAs holds the row
-//             in registers (512 threads × 32 elements each); the CTAs exchange their partial
-//             (max, sum-exp, Σx) through distributed shared memory (one cluster barrier).
-//             Logits read once, dlogits written once: 2·N·V·sizeof(T) bytes, the minimum.
+//   cluster : V > 16384, 16-byte aligned rows of ≤ 8 × 200 KB: a thread-block cluster of
+//             ⌈row bytes / 64 KB⌉ ≤ 8 CTAs, each bulk-copying (TMA) its slice of the row into
+//             shared memory; the CTAs exchange their partial (max, Σexp, Σx, x_t) through
+//             distributed shared memory and write dlogits from shared memory. Logits read
+//             once, dlogits written once: 2·N·V·sizeof(T) bytes, the minimum (forward only:
+//             N·V·sizeof(T)).
 //   stream  : longer rows, or rows that are not 16-byte aligned: one 1024-thread block per
 //             row, an online max/sum sweep then a gradient sweep (logits read twice,
 //             3·N·V·sizeof(T) bytes; the second read mostly hits L2 for rows ≲ 256 KB).
-// Forward only (no dlogits) with V > 16384 and aligned rows: independent CTAs reduce
-// 8192-column chunks to partial (max, sum-exp, Σx) and one warp per row merges them.
+// Forward only where the cluster kernel does not apply (aligned rows over 1.6 MB, or 2^31
+// CTAs): independent CTAs reduce 8192-column chunks to partial (max, sum-exp, Σx) and one warp per row merges them.
 // Per-row losses go to fp32 scratch; a one-block finalize kernel writes the reduced loss in
 // a fixed order (deterministic). Mean needs the non-ignored count before the gradient: a
 // one-block count kernel runs first.
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
+#include "ops/bulk_copy.cuh"
 #include "ops/loss/loss_internal.hpp"
 #include "ops/rows.cuh"
 #include "runtime/workspace.hpp"
@@ -134,95 +138,190 @@ __global__ void __launch_bounds__(Cfg::BLOCK) ce_group_kernel(CeArgs a) {
   }
 }
 
-// ---- cluster kernel: one cluster of CTAs per row -----------------------------------------
-constexpr int kClusterBlock = 512;
+// ---- instruction-lean helpers of the cluster kernel -----------------------------------------
+// At 6 CTAs per SM the cluster kernel is issue-bound, not memory-bound, unless every element
+// costs few instructions: one MUFU.EX2 without exp2f's denormal scaling, packed 16-bit max,
+// packed f32 -> 16-bit conversion on store.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <class T>
+using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+
+template <class T, int VEC>
+__device__ __forceinline__ float frag_max(const Frag<T, VEC>& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    float m = f.v[0];
+#pragma unroll
+    for (int j = 1; j < VEC; ++j) m = fmaxf(m, f.v[j]);
+    return m;
+  } else {
+    const Pair<T>* p = reinterpret_cast<const Pair<T>*>(f.v);
+    Pair<T> m = p[0];
+#pragma unroll
+    for (int k = 1; k < VEC / 2; ++k) m = __hmax2(m, p[k]);
+    return fmaxf(to_f32(m.x), to_f32(m.y));
+  }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ Frag<T, VEC> pack_frag(const float (&g)[VEC]) {
+  Frag<T, VEC> o;
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = g[j];
+  } else {
+    Pair<T>* q = reinterpret_cast<Pair<T>*>(o.v);
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) q[k] = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
+      else q[k] = __floats2half2_rn(g[2 * k], g[2 * k + 1]);
+    }
+  }
+  return o;
+}
+
+// ---- cluster kernel: one cluster of CTAs per row, slices staged in shared memory ----------
+// Each CTA bulk-copies (TMA) its slice of the row into shared memory in kPieces pieces, folds
+// an online (max, Σexp) over each piece as it lands, exchanges the partials through
+// distributed shared memory, then writes dlogits from shared memory. Slices of ~64 KB keep 3
+// CTAs per SM at different phases, so one CTA's reductions overlap others' copies (H100,
+// 4096 x 128256 bf16: the register version, 2 CTAs per SM with loads / reduce / stores in
+// lockstep, 0.48 of copy bandwidth; this kernel 0.84-0.85 with 32 or 64 KB slices, 0.80 with
+// 16 KB; forward only 0.75 / 0.78-0.81 / 0.73).
+constexpr int kClusterBlock = 256;
 constexpr int kClusterMax = 8;
+constexpr int kPieces = 4;
+constexpr int64_t kSliceTarget = 64 * 1024;  // bytes per CTA: 3 CTAs per SM
+constexpr int64_t kSliceMax = 200 * 1024;    // of the 227 KB an SM offers one CTA
 
 template <class T>
-struct ClusterCfg {
-  static constexpr int VEC = kVec16<T>;
-  static constexpr int ITEMS = 32 / VEC;
-  static constexpr int64_t kCols = int64_t{kClusterBlock} * VEC * ITEMS;  // per CTA: 16384
-};
-
-template <class T>
-__global__ void __launch_bounds__(kClusterBlock, 2) ce_cluster_kernel(CeArgs a) {
-  using C = ClusterCfg<T>;
-  using Slice = RowSlice<T, C::VEC, C::ITEMS, kClusterBlock>;
+__global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int chunk) {
+  constexpr int VEC = kVec16<T>;
+  extern __shared__ __align__(128) unsigned char slice_raw[];
+  T* slice = reinterpret_cast<T*>(slice_raw);
+  __shared__ uint64_t bar[kPieces];
   __shared__ float scratch[kClusterBlock / 32];
-  __shared__ float part[3];  // this CTA's (max, sum-exp relative to it, Σx)
+  __shared__ float part[4];   // this CTA's (max, Σexp relative to it, Σx, x_t if held here)
+  __shared__ float stats[4];  // the row's
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int csize = static_cast<int>(cluster.num_blocks());
   const int64_t row = blockIdx.x / csize;
-  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch;
-  const int64_t base = rank * C::kCols;
-  const int lane = threadIdx.x;
-
-  Slice s;
-  s.load(xr + base, a.cols - base, lane, -INFINITY);
-  const int64_t t = load_target(a, row);
-  float xt = 0.f;
-  if (rank == 0 && lane == 0 && t >= 0 && t < a.cols) xt = to_f32(xr[t]);  // before any write
-
-  const float cm = group_reduce<kClusterBlock, kClusterBlock>(s.fold(MaxOp{}), MaxOp{}, scratch);
-  float se = 0.f, sx = 0.f;
-  const int rem = static_cast<int>(a.cols - base);  // columns of this CTA (may be <= 0)
-  const float shift = cm == -INFINITY ? 0.f : cm;
+  const int64_t base = int64_t{rank} * chunk;
+  const int64_t left = a.cols - base;
+  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
+  const int nv = n / VEC;
+  const int piece_v = (nv + kPieces - 1) / kPieces;
+  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
+  if (threadIdx.x == 0) {
 #pragma unroll
-  for (int i = 0; i < C::ITEMS; ++i)
-#pragma unroll
-    for (int j = 0; j < C::VEC; ++j) {
-      se += exp2f((s.x[i][j] - shift) * kLog2e);
-      if ((i * kClusterBlock + lane) * C::VEC + j < rem) sx += s.x[i][j];
-    }
-  se = group_reduce<kClusterBlock, kClusterBlock>(se, SumOp{}, scratch);
-  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
-  if (lane == 0) {
-    part[0] = cm;
-    part[1] = se;
-    part[2] = sx;
+    for (int p = 0; p < kPieces; ++p) mbar_init(&bar[p], 1);
+    mbar_init_fence();
   }
-  __shared__ float stats[3];  // the row's (max, sum-exp, Σx)
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < kPieces; ++p) {
+      const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
+      if (v1 <= v0) break;
+      const uint32_t bytes = static_cast<uint32_t>(v1 - v0) * 16u;
+      mbar_arrive_expect_tx(&bar[p], bytes);
+      bulk_copy_g2s(slice + v0 * VEC, xr + v0 * VEC, bytes, &bar[p]);
+    }
+  }
+  const int64_t t = load_target(a, row);
+  const bool smooth = a.smoothing != 0.f;
+  float m = -INFINITY, se = 0.f, sx = 0.f;
+  for (int p = 0; p < kPieces; ++p) {
+    const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
+    if (v1 <= v0) break;
+    mbar_wait(&bar[p], 0);
+    float pm = -INFINITY;
+    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
+      const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
+      pm = fmaxf(pm, frag_max(f));
+      if (smooth) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) sx += to_f32(f.v[j]);
+      }
+    }
+    const float nm = fmaxf(m, pm);
+    if (nm == -INFINITY) continue;
+    const float nms = nm * kLog2e;
+    float ps = 0.f;
+    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
+      const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) ps += fast_exp2(fmaf(to_f32(f.v[j]), kLog2e, -nms));
+    }
+    se = (m == -INFINITY ? 0.f : se * fast_exp2((m - nm) * kLog2e)) + ps;
+    m = nm;
+  }
+  const float bm = group_reduce<kClusterBlock, kClusterBlock>(m, MaxOp{}, scratch);
+  float bs = m == -INFINITY ? 0.f : se * exp2f((m - bm) * kLog2e);
+  bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
+  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
+  if (threadIdx.x == 0) {
+    part[0] = bm;
+    part[1] = bs;
+    part[2] = sx;
+    part[3] = t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f;
+  }
   cluster.sync();
   // Warp 0: lane r reads rank r's partial (one remote read per rank, not per thread), the
   // warp combines them with a fixed butterfly (deterministic) and publishes to shared memory.
   if (threadIdx.x < 32) {
     const int r = threadIdx.x;
-    float pm = -INFINITY, ps = 0.f, px = 0.f;
+    float pm = -INFINITY, ps = 0.f, px = 0.f, pt = 0.f;
     if (r < csize) {
       const float* p = cluster.map_shared_rank(part, r);
       pm = p[0];
       ps = p[1];
       px = p[2];
+      pt = p[3];
     }
-    const float m = warp_reduce<32>(pm, MaxOp{});
-    float sc = pm == -INFINITY ? 0.f : ps * exp2f((pm - m) * kLog2e);
+    const float bm2 = warp_reduce<32>(pm, MaxOp{});
+    float sc = pm == -INFINITY ? 0.f : ps * exp2f((pm - bm2) * kLog2e);
     sc = warp_reduce<32>(sc, SumOp{});
     px = warp_reduce<32>(px, SumOp{});
+    pt = warp_reduce<32>(pt, SumOp{});  // one nonzero term: exact
     if (r == 0) {
-      stats[0] = m;
+      stats[0] = bm2;
       stats[1] = sc;
       stats[2] = px;
+      stats[3] = pt;
     }
   }
   __syncthreads();
-  const float m = stats[0], S = stats[1], SX = stats[2];
   // No CTA may leave (and free its shared memory) while others still read it.
   cluster.barrier_arrive();
   float loss;
-  const RowFinish f = finish_row(a, t, m, S, SX, xt, &loss);
-  if (rank == 0 && lane == 0) a.row_loss[row] = loss;
+  const RowFinish f = finish_row(a, t, stats[0], stats[1], stats[2], stats[3], &loss);
+  if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
   if (a.dx != nullptr) {
-    const int tl = f.t >= base && f.t < base + C::kCols ? static_cast<int>(f.t - base) : -1;
+    T* dr = static_cast<T*>(a.dx) + row * a.dx_pitch + base;
+    const float ms = f.m == -INFINITY ? 0.f : f.m * kLog2e;
+    // The target column's extra term is applied by the one thread holding its vector.
+    const int64_t tl = f.t - base;
+    const int tv = tl >= 0 && tl < n ? static_cast<int>(tl / VEC) : -1;
+    const int tj = tv >= 0 ? static_cast<int>(tl % VEC) : 0;
+#pragma unroll 4
+    for (int v = threadIdx.x; v < nv; v += kClusterBlock) {
+      const Frag<T, VEC> x = load_frag<VEC>(slice + v * VEC);
+      float g[VEC];
 #pragma unroll
-    for (int i = 0; i < C::ITEMS; ++i)
+      for (int j = 0; j < VEC; ++j)
+        g[j] = fmaf(fast_exp2(fmaf(to_f32(x.v[j]), kLog2e, -ms)), f.inv, -f.sub);
+      if (v == tv) {
 #pragma unroll
-      for (int j = 0; j < C::VEC; ++j) {
-        const float g = exp2f((s.x[i][j] - f.m) * kLog2e) * f.inv - f.sub;
-        s.x[i][j] = (i * kClusterBlock + lane) * C::VEC + j == tl ? g - f.hit : g;
+        for (int j = 0; j < VEC; ++j)
+          if (j == tj) g[j] -= f.hit;
       }
-    s.store(static_cast<T*>(a.dx) + row * a.dx_pitch + base, a.cols - base, lane);
+      store_frag<VEC>(dr + v * VEC, pack_frag<T, VEC>(g));
+    }
   }
   cluster.barrier_wait();
 }
@@ -411,12 +510,20 @@ __global__ void __launch_bounds__(kSmallBlock)
 
 template <class T>
 bool try_cluster(const CeArgs& a, cudaStream_t stream) {
-  using C = ClusterCfg<T>;
-  const int64_t csize = (a.cols + C::kCols - 1) / C::kCols;
-  if (csize < 2 || csize > kClusterMax) return false;
+  constexpr int64_t kVec = kVec16<T>;
+  const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
+  const int64_t csize = std::min<int64_t>(
+      kClusterMax, std::max<int64_t>(1, (row_bytes + kSliceTarget - 1) / kSliceTarget));
+  const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
+  const int64_t smem = chunk * int64_t{sizeof(T)};
+  if (smem > kSliceMax || a.rows * csize >= (int64_t{1} << 31)) return false;
+  if (cudaFuncSetAttribute(ce_cluster_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess)
+    return false;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(a.rows * csize));
   cfg.blockDim = dim3(kClusterBlock);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -425,7 +532,7 @@ bool try_cluster(const CeArgs& a, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T>, a) == cudaSuccess;
+  return cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T>, a, static_cast<int>(chunk)) == cudaSuccess;
 }
 
 }  // namespace
@@ -446,14 +553,14 @@ void ce_launch(const CeLaunch& p, cudaStream_t stream) {
       ce_group_kernel<T, Cfg><<<row_grid<Cfg>(p.rows), Cfg::BLOCK, 0, stream>>>(a);
     });
     if (grouped) return;
+    if (vec_ok && try_cluster<T>(a, stream)) return;
+    cudaGetLastError();  // a refused cluster launch falls back
     // Forward only: independent chunk CTAs (grid x is 2^31 - 1: rows * chunks must fit).
     if (p.dx == nullptr && vec_ok &&
         p.rows * ((p.cols + PartCfg<T>::kCols - 1) / PartCfg<T>::kCols) < (int64_t{1} << 31)) {
       fwd_chunked<T>(a, stream);
       return;
     }
-    if (vec_ok && p.rows <= (int64_t{1} << 28) && try_cluster<T>(a, stream)) return;
-    cudaGetLastError();  // a refused cluster launch falls back to streaming
     const unsigned grid =
         static_cast<unsigned>(std::min<int64_t>(p.rows, int64_t{current_sm_count()} * 64));
     if (vec_ok) ce_stream_kernel<T, kVec16<T>><<<grid, kStreamBlock, 0, stream>>>(a);

@@ -173,9 +173,7 @@ void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, cons
       gn_channel_sums_kernel<T, 1><<<grid, 256, 0, stream>>>(
           static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
           s.hw, a.cpg, ws);
-    const dim3 g(static_cast<unsigned>((s.c + 255) / 256), db ? 2 : 1);
-    norm::sum_slots_kernel<T><<<g, 256, 0, stream>>>(ws, s.n, s.c, static_cast<T*>(dw.data),
-                                                     db ? static_cast<T*>(db->data) : nullptr);
+    norm::launch_sum_slots<T>(ws, s.n, s.c, dw.data, db ? db->data : nullptr, stream);
     TESSEL_CUDA_CHECK(cudaMemsetAsync(ws, 0, ws_bytes, stream));
   });
   detail::check_launch("group_norm_backward");

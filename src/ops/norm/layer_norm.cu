@@ -1,6 +1,7 @@
 // LayerNorm forward and backward (bias optional).
 //   forward : y = (x - mean) * rstd * w [+ b]         bytes: read x, w, b; write y (+ mean, rstd)
 //   backward: dx = rstd * (g - mean(g) - xhat * mean(g*xhat)), dw = sum dy*xhat, db = sum dy
+#include "ops/norm/norm_staged.cuh"
 #include "ops/norm/norm_launch.cuh"
 #include "tessel/norm.hpp"
 
@@ -51,6 +52,7 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, Te
     bool vec = detail::rows_vectorizable<T>(xr.cols, {{x.data, xr.pitch}, {y.data, yr.pitch}, {w.data, 0}});
     if (b) vec = vec && detail::aligned(b->data, 16);
     if (norm::launch_fwd_frags<T, Mode::ln>(a, vec, stream)) return;
+    if (norm::launch_fwd_staged<T, Mode::ln>(a, vec, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_fwd<T, decltype(cfg), Mode::ln>(a, stream);
     });
@@ -104,6 +106,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, con
     using T = decltype(tag);
     const bool vec = detail::rows_vectorizable<T>(
         xr.cols, {{x.data, xr.pitch}, {dy.data, gr.pitch}, {dx.data, dr.pitch}, {w.data, 0}});
+    if (norm::launch_bwd_staged<T, Mode::ln>(a, vec, dw.data, db ? db->data : nullptr, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_bwd<T, decltype(cfg), Mode::ln>(a, dw.data, db ? db->data : nullptr, stream);
     });

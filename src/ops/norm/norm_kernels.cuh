@@ -654,18 +654,80 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
   if constexpr (C::CLUSTER > 1) cg::this_cluster().sync();
 }
 
-// out[c] = sum_{k < K} ws[k * n + c] (fixed order), for `arrays` consecutive arrays.
+// out[c] = sum_{k < K} ws[k * n + c], for one or two consecutive arrays (blockIdx.y). A block
+// covers 32 columns with 8 slot lanes: lane l adds slots l, l + 8, … (four independent partial
+// sums, so four loads are in flight), then lane 0 adds the 8 lanes' sums in lane order: a fixed
+// order (deterministic). One thread per column walking all K slots in a dependent chain took
+// ~K memory latencies (~100 us for K = 99), as long as the backward kernel itself.
+constexpr int kSumCols = 32, kSumLanes = 8;
+
 template <class TW>
-__global__ void __launch_bounds__(256) sum_slots_kernel(const float* __restrict__ ws, int64_t K,
-                                                        int64_t n, TW* __restrict__ out0,
-                                                        TW* __restrict__ out1) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= n) return;
+__global__ void __launch_bounds__(kSumCols * kSumLanes)
+    sum_slots_kernel(const float* __restrict__ ws, int64_t K, int64_t n, TW* __restrict__ out0,
+                     TW* __restrict__ out1) {
+  __shared__ float part[kSumLanes][kSumCols];
+  const int col = threadIdx.x % kSumCols, lane = threadIdx.x / kSumCols;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + col;
   const int arr = blockIdx.y;
-  const float* p = ws + arr * K * n + c;
   float s = 0.f;
-  for (int64_t k = 0; k < K; ++k) s += p[k * n];
-  (arr == 0 ? out0 : out1)[c] = from_f32<TW>(s);
+  if (c < n) {
+    const float* p = ws + arr * K * n + c;
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+    int64_t k = lane;
+    for (; k + 3 * kSumLanes < K; k += 4 * kSumLanes) {
+      s0 += p[k * n];
+      s1 += p[(k + kSumLanes) * n];
+      s2 += p[(k + 2 * kSumLanes) * n];
+      s3 += p[(k + 3 * kSumLanes) * n];
+    }
+    for (; k < K; k += kSumLanes) s0 += p[k * n];
+    s = (s0 + s1) + (s2 + s3);
+  }
+  part[lane][col] = s;
+  __syncthreads();
+  if (lane == 0 && c < n) {
+    float t = part[0][col];
+#pragma unroll
+    for (int l = 1; l < kSumLanes; ++l) t += part[l][col];
+    (arr == 0 ? out0 : out1)[c] = from_f32<TW>(t);
+  }
+}
+
+// dw (and db when out1 != nullptr) from K partial slots of n columns each.
+template <class TW>
+void launch_sum_slots(const float* ws, int64_t K, int64_t n, void* out0, void* out1,
+                      cudaStream_t stream) {
+  const dim3 g(static_cast<unsigned>((n + kSumCols - 1) / kSumCols), out1 ? 2 : 1);
+  sum_slots_kernel<TW><<<g, kSumCols * kSumLanes, 0, stream>>>(ws, K, n, static_cast<TW*>(out0),
+                                                                static_cast<TW*>(out1));
+}
+
+// Clusters of `cluster` CTAs that can be resident at once. A persistent grid must not exceed
+// it: clusters only start where a whole cluster fits in one GPC, so SM count x CTAs per SM
+// over-counts (392 CTAs of 8-CTA clusters at 3 CTAs per SM on an H100 -> 45 resident clusters
+// = 360 CTAs; the 4 left over ran as a second wave and doubled the backward's time).
+template <class KernelFn>
+int64_t max_active_clusters(KernelFn kernel, int block, size_t smem, int cluster) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cluster > 8 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+    cudaGetLastError();
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  return n;
 }
 
 }  // namespace tessel::norm

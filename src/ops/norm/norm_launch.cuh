@@ -106,13 +106,19 @@ int64_t bwd_slots(int64_t rows, int& cluster, unsigned& grid, size_t& smem) {
   const int64_t needed_ctas = (rows + kGroups - 1) / kGroups * C::CLUSTER;
   if constexpr (C::CLUSTER > 1) {
     cluster = C::CLUSTER;
-    const int64_t clusters = std::max<int64_t>(1, std::min(needed_ctas, wave) / C::CLUSTER);
+    int64_t clusters = std::max<int64_t>(1, std::min(needed_ctas, wave) / C::CLUSTER);
+    const int64_t resident = max_active_clusters(kernel, C::BWD_BLOCK, smem, C::CLUSTER);
+    if (resident > 0) clusters = std::min(clusters, resident);
     grid = static_cast<unsigned>(clusters * C::CLUSTER);
     return kArrays ? clusters : 0;
   } else if constexpr (kArrays > 0) {
     const int64_t ctas = std::min(needed_ctas, wave);
     cluster = ctas >= kAccCluster ? kAccCluster : 1;
-    const int64_t slots = std::max<int64_t>(1, ctas / cluster);
+    int64_t slots = std::max<int64_t>(1, ctas / cluster);
+    if (cluster > 1) {
+      const int64_t resident = max_active_clusters(kernel, C::BWD_BLOCK, smem, cluster);
+      if (resident > 0) slots = std::min(slots, resident);
+    }
     grid = static_cast<unsigned>(slots * cluster);
     return slots;
   } else {
@@ -138,9 +144,7 @@ void launch_bwd_occ(NormArgs a, void* dw, void* db, cudaStream_t stream) {
   }
   launch(norm_bwd_kernel<T, C, M, OCC>, grid, C::BWD_BLOCK, smem, cluster, stream, a);
   if (kArrays > 0) {
-    const dim3 g(static_cast<unsigned>((a.cols + 255) / 256), db ? 2 : 1);
-    sum_slots_kernel<T><<<g, 256, 0, stream>>>(a.ws, slots, a.cols, static_cast<T*>(dw),
-                                               static_cast<T*>(db));
+    launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
     TESSEL_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, ws_bytes, stream));
   }
 }

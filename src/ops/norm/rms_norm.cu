@@ -2,6 +2,7 @@
 //   forward : y = x * rstd * w                      bytes: read x, w; write y (+ rstd)
 //   fused   : h = x + res; y = h * rstd * w         bytes: read x, res, w; write h, y
 //   backward: dx = rstd * (g - xhat * mean(g*xhat)) bytes: read dy, x, w, rstd; write dx, dw
+#include "ops/norm/norm_staged.cuh"
 #include "ops/norm/norm_launch.cuh"
 #include "tessel/norm.hpp"
 
@@ -48,6 +49,7 @@ void rms_norm(const Tensor& x, const Tensor& w, Tensor& y, Tensor* rstd, float e
     using T = decltype(tag);
     const bool vec = detail::rows_vectorizable<T>(xr.cols, {{x.data, xr.pitch}, {y.data, yr.pitch}, {w.data, 0}});
     if (norm::launch_fwd_frags<T, Mode::rms>(a, vec, stream)) return;
+    if (norm::launch_fwd_staged<T, Mode::rms>(a, vec, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_fwd<T, decltype(cfg), Mode::rms>(a, stream);
     });
@@ -147,6 +149,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
     bool vec = detail::rows_vectorizable<T>(
         xr.cols, {{x.data, xr.pitch}, {dy.data, gr.pitch}, {dx.data, dr.pitch}, {w.data, 0}});
     if (dh) vec = vec && detail::rows_vectorizable<T>(xr.cols, {{dh->data, hr.pitch}});
+    if (norm::launch_bwd_staged<T, Mode::rms>(a, vec, dw.data, nullptr, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_bwd<T, decltype(cfg), Mode::rms>(a, dw.data, nullptr, stream);
     });

@@ -1,0 +1,341 @@
+// tessel::attention_backward: validation, the workspaces, and the small kernels around the
+// tensor-core ones (attention_bwd_kernel.cuh):
+//   1. delta_i = rowsum(dout_i * out_i)        (f32, laid out like lse)
+//   2. dk/dv kernel (+ dq atomics into an f32 workspace; deterministic: a dq kernel instead)
+//   3. dq workspace -> dq in the input dtype   (not in deterministic mode)
+//   4. d_sinks (optional): one CTA per head, a fixed-order reduction
+//   flops (reported by the bench): 2.5 x the forward's 4 * B * Hq * Sq * Skv * D, halved for
+//   causal (the FlashAttention convention)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+
+#include "ops/attention/attention_bwd.cuh"
+#include "ops/rows.cuh"
+#include "runtime/check.hpp"
+#include "tessel/attention_backward.hpp"
+
+namespace tessel {
+
+namespace {
+
+using attention_detail::BwdArgs;
+
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ void store_f(__nv_bfloat16* p, float x) { *p = __float2bfloat16(x); }
+__device__ __forceinline__ void store_f(__half* p, float x) { *p = __float2half(x); }
+
+struct RowsView {  // a (batch, row, head, D) view with a contiguous last axis
+  const void* p = nullptr;
+  int64_t sb = 0, ss = 0, sh = 0;
+};
+
+constexpr int kDeltaWarps = 4;
+
+// One warp per (query row, head): delta = dout . out in f32.
+template <class T>
+__global__ void __launch_bounds__(kDeltaWarps * 32)
+    attention_bwd_delta(RowsView out, RowsView dout, float* delta, int rows, int d, int64_t lse_sb,
+                        int64_t lse_sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = blockIdx.x * kDeltaWarps + warp;
+  if (r >= rows) return;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const T* o = static_cast<const T*>(out.p) + b * out.sb + r * out.ss + h * out.sh;
+  const T* g = static_cast<const T*>(dout.p) + b * dout.sb + r * dout.ss + h * dout.sh;
+  float s = 0.f;
+  for (int c = lane; c < d; c += 32) s += to_f(o[c]) * to_f(g[c]);
+  for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
+  if (lane == 0) delta[b * lse_sb + h * lse_sh + r] = s;
+}
+
+// dq (strided, T) = the f32 workspace (rows, Hq, D); padded rows are (batch, sq) flattened.
+template <class T>
+__global__ void attention_bwd_dq_convert(const float* acc, T* dq, int64_t n, int hq, int d, int sq,
+                                         bool padded, int64_t sb, int64_t ss, int64_t sh) {
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int c = static_cast<int>(idx % d);
+    const int64_t rh = idx / d;
+    const int h = static_cast<int>(rh % hq);
+    const int64_t rg = rh / hq;
+    const int64_t b = padded ? rg / sq : 0, r = padded ? rg % sq : rg;
+    store_f(dq + b * sb + r * ss + h * sh + c, acc[idx]);
+  }
+}
+
+constexpr int kSinkThreads = 256;
+
+// d_sinks[h] = -sum over every (batch, row) of exp(sink_h - lse) * delta, in a fixed order.
+__global__ void __launch_bounds__(kSinkThreads)
+    attention_bwd_dsinks(const float* sinks, const float* lse, const float* delta, float* d_sinks,
+                         int64_t n, int sq, bool padded, int64_t lse_sb, int64_t lse_sh) {
+  __shared__ float part[kSinkThreads];
+  const int h = blockIdx.x;
+  const float sink = sinks[h];
+  float s = 0.f;
+  for (int64_t idx = threadIdx.x; idx < n; idx += kSinkThreads) {
+    const int64_t b = padded ? idx / sq : 0, r = padded ? idx % sq : idx;
+    const int64_t at = b * lse_sb + h * lse_sh + r;
+    const float l = lse[at];
+    if (l != -INFINITY) s -= expf(sink - l) * delta[at];
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kSinkThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) d_sinks[h] = part[0];
+}
+
+struct AsyncBuffer {  // stream-ordered scratch, freed on the stream when the call returns
+  void* p = nullptr;
+  cudaStream_t s = nullptr;
+  AsyncBuffer(size_t bytes, cudaStream_t stream) : s(stream) {
+    if (bytes) TESSEL_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
+  }
+  ~AsyncBuffer() {
+    if (p) cudaFreeAsync(p, s);
+  }
+  AsyncBuffer(const AsyncBuffer&) = delete;
+  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
+};
+
+constexpr std::initializer_list<DType> kAttnTypes = {DType::bf16, DType::f16};
+
+void check_last_contiguous(const detail::OpCheck& chk, const char* arg, const Tensor& t) {
+  if (t.ndim > 0 && t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
+    chk.fail(arg, "a contiguous last axis (stride 1)",
+             "stride " + std::to_string(t.strides[t.ndim - 1]));
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.strides[d] < 0)
+      chk.fail(arg, "non-negative strides", "stride " + std::to_string(t.strides[d]));
+}
+
+void check_dims(const detail::OpCheck& chk, const char* arg, const Tensor& t,
+                std::initializer_list<int64_t> want) {
+  bool same = t.ndim == static_cast<int>(want.size());
+  int d = 0;
+  for (int64_t w : want) same = same && t.shape[d++] == w;
+  if (!same) {
+    std::string s = "(";
+    d = 0;
+    for (int64_t w : want) s += (d++ ? ", " : "") + std::to_string(w);
+    chk.fail(arg, "shape " + s + (want.size() == 1 ? ",)" : ")"), "shape " + t.shape_string());
+  }
+}
+
+bool vec_ok(const Tensor& t, int o) {
+  if (!detail::aligned(t.data, 16)) return false;
+  for (int ax = 0; ax < 3 - o; ++ax)
+    if (t.shape[ax] > 1 && t.strides[ax] % 8 != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
+                        const AttentionBackwardParams& params, cudaStream_t stream) {
+  detail::OpCheck chk("attention_backward");
+  chk.dtype_in("q", q, kAttnTypes);
+  chk.same_dtype("k", k, "q", q);
+  chk.same_dtype("v", v, "q", q);
+  chk.same_dtype("out", out, "q", q);
+  chk.same_dtype("dout", dout, "q", q);
+  chk.dtype_in("lse", lse, {DType::f32});
+  chk.same_dtype("dq", dq, "q", q);
+  chk.same_dtype("dk", dk, "q", q);
+  chk.same_dtype("dv", dv, "q", q);
+  if (params.sinks) chk.dtype_in("sinks", *params.sinks, {DType::f32});
+  if (params.d_sinks) {
+    if (!params.sinks) chk.fail("d_sinks", "sinks given (d_sinks is their gradient)", "no sinks");
+    chk.dtype_in("d_sinks", *params.d_sinks, {DType::f32});
+  }
+  const bool varlen = params.cu_seqlens_q != nullptr || params.cu_seqlens_k != nullptr;
+  if (varlen) {
+    if (!params.cu_seqlens_q || !params.cu_seqlens_k)
+      chk.fail(params.cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q",
+               "both cu_seqlens_q and cu_seqlens_k (varlen) or neither", "only one");
+    chk.dtype_in("cu_seqlens_q", *params.cu_seqlens_q, {DType::i32});
+    chk.dtype_in("cu_seqlens_k", *params.cu_seqlens_k, {DType::i32});
+  }
+  const int rank = varlen ? 3 : 4;
+  chk.rank_in("q", q, rank, rank);
+  chk.rank_in("k", k, rank, rank);
+  chk.rank_in("v", v, rank, rank);
+  chk.valid_layout("q", q);
+  chk.valid_layout("k", k);
+  chk.valid_layout("v", v);
+  const int64_t d = q.size(-1), hq = q.size(-2), hkv = k.size(-2);
+  if (d != 64 && d != 128 && d != 256)
+    chk.fail("q", "head dim (last axis) in {64, 128, 256}", "head dim " + std::to_string(d));
+  if (k.size(-1) != d)
+    chk.fail("k", "head dim " + std::to_string(d) + " (q's)", "shape " + k.shape_string());
+  if (hkv < 1 || hq % hkv != 0)
+    chk.fail("k", "a head count dividing q's " + std::to_string(hq) + " heads",
+             std::to_string(hkv) + " heads (shape " + k.shape_string() + ")");
+  chk.same_shape("v", v, "k", k);
+  chk.same_shape("out", out, "q", q);
+  chk.same_shape("dout", dout, "q", q);
+  chk.same_shape("dq", dq, "q", q);
+  chk.same_shape("dk", dk, "k", k);
+  chk.same_shape("dv", dv, "k", k);
+  int64_t batches = 0, sq = 0, skv = 0;
+  if (varlen) {
+    chk.rank_in("cu_seqlens_q", *params.cu_seqlens_q, 1, 1);
+    chk.contiguous("cu_seqlens_q", *params.cu_seqlens_q);
+    batches = params.cu_seqlens_q->shape[0] - 1;
+    if (batches < 0)
+      chk.fail("cu_seqlens_q", "B+1 >= 1 offsets", "shape " + params.cu_seqlens_q->shape_string());
+    check_dims(chk, "cu_seqlens_k", *params.cu_seqlens_k, {batches + 1});
+    chk.contiguous("cu_seqlens_k", *params.cu_seqlens_k);
+    sq = q.shape[0];
+    skv = k.shape[0];
+    check_dims(chk, "lse", lse, {hq, sq});
+  } else {
+    batches = q.shape[0];
+    sq = q.shape[1];
+    skv = k.shape[1];
+    if (k.shape[0] != batches)
+      chk.fail("k", "batch " + std::to_string(batches) + " (q's)", "shape " + k.shape_string());
+    check_dims(chk, "lse", lse, {batches, hq, sq});
+  }
+  if (params.sinks) {
+    check_dims(chk, "sinks", *params.sinks, {hq});
+    chk.contiguous("sinks", *params.sinks);
+  }
+  if (params.d_sinks) {
+    check_dims(chk, "d_sinks", *params.d_sinks, {hq});
+    chk.contiguous("d_sinks", *params.d_sinks);
+  }
+  check_last_contiguous(chk, "q", q);
+  check_last_contiguous(chk, "k", k);
+  check_last_contiguous(chk, "v", v);
+  check_last_contiguous(chk, "out", out);
+  check_last_contiguous(chk, "dout", dout);
+  check_last_contiguous(chk, "dq", dq);
+  check_last_contiguous(chk, "dk", dk);
+  check_last_contiguous(chk, "dv", dv);
+  chk.contiguous("lse", lse);
+  if (std::isnan(params.scale) || std::isinf(params.scale))
+    chk.fail("scale", "a finite scale (<= 0: 1/sqrt(D))", std::to_string(params.scale));
+  if (!(params.softcap >= 0.f) || std::isinf(params.softcap))
+    chk.fail("softcap", "a finite softcap >= 0 (0: none)", std::to_string(params.softcap));
+  if (params.window_left < -1)
+    chk.fail("window_left", ">= -1 (-1: unlimited)", std::to_string(params.window_left));
+  if (params.window_right < -1)
+    chk.fail("window_right", ">= -1 (-1: unlimited)", std::to_string(params.window_right));
+  constexpr int64_t kIntMax = 2147483647;
+  if (sq > kIntMax || skv > kIntMax || batches > 65535 || hq > 65535)
+    chk.fail("q", "sequence lengths < 2^31, batch and heads <= 65535", "shape " + q.shape_string());
+  // Nothing to write: no rows at all (dk/dv of keys that no query sees are still zeroed).
+  const bool no_q = batches == 0 || sq == 0 || hq == 0;
+  const bool no_k = batches == 0 || skv == 0;
+  if (no_q && no_k && !params.d_sinks) return;
+  chk.device_pointer("q", q);
+  chk.device_pointer("k", k);
+  chk.device_pointer("v", v);
+  chk.device_pointer("out", out);
+  chk.device_pointer("dout", dout);
+  chk.device_pointer("lse", lse);
+  chk.device_pointer("dq", dq);
+  chk.device_pointer("dk", dk);
+  chk.device_pointer("dv", dv);
+  if (params.sinks) chk.device_pointer("sinks", *params.sinks);
+  if (params.d_sinks) chk.device_pointer("d_sinks", *params.d_sinks);
+  if (varlen) {
+    chk.device_pointer("cu_seqlens_q", *params.cu_seqlens_q);
+    chk.device_pointer("cu_seqlens_k", *params.cu_seqlens_k);
+  }
+
+  BwdArgs a;
+  a.q = q.data, a.k = k.data, a.v = v.data, a.dout = dout.data;
+  a.lse = static_cast<const float*>(lse.data);
+  a.dq = dq.data, a.dk = dk.data, a.dv = dv.data;
+  const int o = varlen ? 1 : 0;  // axis offset: varlen tensors have no batch axis
+  if (varlen) {
+    a.cu_q = static_cast<const int*>(params.cu_seqlens_q->data);
+    a.cu_k = static_cast<const int*>(params.cu_seqlens_k->data);
+  } else {
+    a.q_sb = q.strides[0], a.k_sb = k.strides[0], a.v_sb = v.strides[0];
+    a.do_sb = dout.strides[0], a.dq_sb = dq.strides[0], a.dk_sb = dk.strides[0];
+    a.dv_sb = dv.strides[0];
+  }
+  a.q_ss = q.strides[1 - o], a.q_sh = q.strides[2 - o];
+  a.k_ss = k.strides[1 - o], a.k_sh = k.strides[2 - o];
+  a.v_ss = v.strides[1 - o], a.v_sh = v.strides[2 - o];
+  a.do_ss = dout.strides[1 - o], a.do_sh = dout.strides[2 - o];
+  a.dq_ss = dq.strides[1 - o], a.dq_sh = dq.strides[2 - o];
+  a.dk_ss = dk.strides[1 - o], a.dk_sh = dk.strides[2 - o];
+  a.dv_ss = dv.strides[1 - o], a.dv_sh = dv.strides[2 - o];
+  a.lse_sb = varlen ? 0 : hq * sq;
+  a.lse_sh = sq;
+  a.batches = static_cast<int>(batches), a.hq = static_cast<int>(hq), a.hkv = static_cast<int>(hkv);
+  a.d = static_cast<int>(d), a.sq = static_cast<int>(sq), a.skv = static_cast<int>(skv);
+  a.scale = params.scale > 0.f ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  a.softcap = params.softcap;
+  a.window_left = params.window_left;
+  a.window_right = params.causal ? 0 : params.window_right;
+  if (a.window_left >= sq + skv) a.window_left = -1;
+  if (a.window_right >= sq + skv) a.window_right = -1;
+  a.vec = vec_ok(q, o) && vec_ok(k, o) && vec_ok(v, o) && vec_ok(dout, o);
+
+  const bool bf16 = q.dtype == DType::bf16;
+  const int64_t lse_elems = varlen ? hq * sq : batches * hq * sq;
+  const int64_t q_rows = varlen ? sq : batches * sq;  // rows of the dq workspace
+  AsyncBuffer delta_buf(static_cast<size_t>(lse_elems) * sizeof(float), stream);
+  const bool atomics = !params.deterministic && !no_q;
+  AsyncBuffer dq_buf(atomics ? static_cast<size_t>(q_rows * hq * d) * sizeof(float) : 0, stream);
+  auto* delta = static_cast<float*>(delta_buf.p);
+  a.delta = delta;
+  if (atomics) {
+    a.dq_accum = static_cast<float*>(dq_buf.p);
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(
+        a.dq_accum, 0, static_cast<size_t>(q_rows * hq * d) * sizeof(float), stream));
+  }
+
+  if (!no_q) {
+    RowsView ov{out.data, varlen ? 0 : out.strides[0], out.strides[1 - o], out.strides[2 - o]};
+    RowsView gv{dout.data, a.do_sb, a.do_ss, a.do_sh};
+    const dim3 grid(static_cast<unsigned>((sq + kDeltaWarps - 1) / kDeltaWarps),
+                    static_cast<unsigned>(hq), varlen ? 1u : static_cast<unsigned>(batches));
+    if (bf16)
+      attention_bwd_delta<__nv_bfloat16>
+          <<<grid, kDeltaWarps * 32, 0, stream>>>(ov, gv, delta, a.sq, a.d, a.lse_sb, a.lse_sh);
+    else
+      attention_bwd_delta<__half>
+          <<<grid, kDeltaWarps * 32, 0, stream>>>(ov, gv, delta, a.sq, a.d, a.lse_sb, a.lse_sh);
+  }
+  if (!no_q || !no_k) {
+    if (bf16)
+      attention_detail::launch_bwd_bf16(a, stream);
+    else
+      attention_detail::launch_bwd_f16(a, stream);
+  }
+  if (atomics) {
+    const int64_t n = q_rows * hq * d;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
+    if (bf16)
+      attention_bwd_dq_convert<<<blocks, 256, 0, stream>>>(
+          a.dq_accum, static_cast<__nv_bfloat16*>(a.dq), n, a.hq, a.d, a.sq, !varlen, a.dq_sb,
+          a.dq_ss, a.dq_sh);
+    else
+      attention_bwd_dq_convert<<<blocks, 256, 0, stream>>>(a.dq_accum, static_cast<__half*>(a.dq),
+                                                           n, a.hq, a.d, a.sq, !varlen, a.dq_sb,
+                                                           a.dq_ss, a.dq_sh);
+  }
+  if (params.d_sinks && hq > 0) {
+    attention_bwd_dsinks<<<static_cast<unsigned>(hq), kSinkThreads, 0, stream>>>(
+        static_cast<const float*>(params.sinks->data), a.lse, delta,
+        static_cast<float*>(params.d_sinks->data), no_q ? 0 : q_rows, a.sq, !varlen, a.lse_sb,
+        a.lse_sh);
+  }
+  detail::check_launch("attention_backward");
+}
+
+}  // namespace tessel

@@ -1,0 +1,48 @@
+// Internal interface of the attention backward (include/tessel/attention_backward.hpp): the
+// resolved arguments shared by the host launcher (attention_bwd.cu) and the tensor-core
+// kernels (attention_bwd_kernel.cuh, one TU per dtype).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessel::attention_detail {
+
+struct BwdArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* dout = nullptr;
+  const float* lse = nullptr;    // (B, Hq, Sq) or (Hq, Tq), contiguous
+  const float* delta = nullptr;  // rowsum(dout * out), laid out like lse (workspace)
+  float* dq_accum = nullptr;     // f32 (rows, Hq, D) workspace; nullptr: deterministic mode
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  const int* cu_q = nullptr;  // varlen (both or neither), B+1 offsets
+  const int* cu_k = nullptr;
+  // Element strides of (batch, sequence, head); batch strides are 0 for varlen.
+  int64_t q_sb = 0, q_ss = 0, q_sh = 0;
+  int64_t k_sb = 0, k_ss = 0, k_sh = 0;
+  int64_t v_sb = 0, v_ss = 0, v_sh = 0;
+  int64_t do_sb = 0, do_ss = 0, do_sh = 0;
+  int64_t dq_sb = 0, dq_ss = 0, dq_sh = 0;
+  int64_t dk_sb = 0, dk_ss = 0, dk_sh = 0;
+  int64_t dv_sb = 0, dv_ss = 0, dv_sh = 0;
+  int64_t lse_sb = 0, lse_sh = 0;  // lse / delta element (b, h, global q row r)
+  int batches = 0, hq = 0, hkv = 0, d = 0;
+  int sq = 0, skv = 0;    // padded: the lengths; varlen: the row totals Tq, Tk
+  float scale = 0.f;      // resolved (> 0)
+  float softcap = 0.f;    // 0: none
+  int window_left = -1;   // < 0: unlimited
+  int window_right = -1;  // < 0: unlimited (causal folded in as 0)
+  bool vec = false;       // q/k/v/dout 16-byte aligned bases and strides: 16-byte async copies
+};
+
+// The three steps after the preprocess (delta): dk/dv by key blocks (with dq atomics into
+// dq_accum unless deterministic), then dq by query blocks (deterministic mode only).
+void launch_bwd_bf16(const BwdArgs& a, cudaStream_t stream);
+void launch_bwd_f16(const BwdArgs& a, cudaStream_t stream);
+
+}  // namespace tessel::attention_detail
