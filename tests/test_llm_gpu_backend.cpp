@@ -349,6 +349,46 @@ TEST_F(LlmGpuBackend, BatchedGenerateMatchesCpu) {
   }
 }
 
+// The device greedy pick (Backend::argmax_rows) against the host sampler's rule on the same
+// bf16 values: many ties (values on a 0.25 grid), NaNs, all-NaN and all -inf rows, +inf, ragged
+// widths (1 … 128256 + 3) and a pitched column view (unaligned rows: the scalar loads).
+TEST_F(LlmGpuBackend, ArgmaxRowsMatchesHostGreedy) {
+  std::unique_ptr<Backend> b = make_backend("gpu");
+  std::mt19937 rng(20261122);
+  std::uniform_int_distribution<int> grid(-16, 16);
+  for (int64_t cols : {1, 7, 4097, 128259}) {
+    for (int64_t rows : {1, 5, 17}) {
+      HostTensor t;
+      t.shape = {rows, cols};
+      t.data.resize(static_cast<size_t>(rows * cols));
+      for (float& x : t.data) x = 0.25f * static_cast<float>(grid(rng));
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = t.data.data() + r * cols;
+        if (r % 5 == 1) row[rng() % cols] = NAN;
+        if (r % 5 == 2) row[rng() % cols] = INFINITY;
+        if (r % 5 == 3)
+          for (int64_t c = 0; c < cols; ++c) row[c] = NAN;
+        if (r % 5 == 4)
+          for (int64_t c = 0; c < cols; ++c) row[c] = -INFINITY;
+      }
+      Buf dense = b->upload(t);
+      for (int64_t col0 : {int64_t{0}, std::min<int64_t>(3, cols - 1)}) {
+        const Buf view = col0 == 0 ? dense : b->cols_view(dense, col0, cols - col0);
+        std::vector<int32_t> got(static_cast<size_t>(rows), -7);
+        ASSERT_TRUE(b->argmax_rows(view, got.data()));
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* row = t.data.data() + r * cols + col0;
+          const int32_t want =
+              greedy_argmax(std::span<const float>(row, static_cast<size_t>(cols - col0)));
+          EXPECT_EQ(got[r], want) << "cols " << cols << " rows " << rows << " col0 " << col0
+                                  << " row " << r;
+        }
+      }
+      b->release(dense);
+    }
+  }
+}
+
 TEST_F(LlmGpuBackend, BadCallsAreErrors) {
   const ModelConfig c = small("llama");
   const MemorySource src = random_weights(c, 3);

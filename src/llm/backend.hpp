@@ -61,6 +61,14 @@ class Backend {
   // Seconds download() spent waiting for the device so far (0 for the CPU): how much of a
   // step's time is device work rather than host work.
   virtual double device_wait_seconds() const { return 0; }
+  // Greedy sampling where the logits live: out[r] (host) = the lowest index of the largest
+  // non-NaN value of row r (0 for an all-NaN row). Returns false when the backend has no such
+  // op (the caller downloads and picks on the host; same rule).
+  virtual bool argmax_rows(const Buf& logits, int32_t* out) {
+    (void)logits;
+    (void)out;
+    return false;
+  }
   // Columns col0 .. col0+n of every row of b, sharing b's memory (b itself may be dense only).
   virtual Buf cols_view(const Buf& b, int64_t col0, int64_t n) const = 0;
 

@@ -44,10 +44,28 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
   std::vector<bool> done(static_cast<size_t>(n), options.max_tokens <= 0);
   for (int64_t i = 0; i < n && options.max_tokens <= 0; ++i) out[i].finish_reason = "length";
 
-  // Handles the sampled token of sequence i; returns false once the sequence has finished.
-  auto accept = [&](int64_t i, std::span<float> logits) {
-    if (options.on_logits) options.on_logits(static_cast<size_t>(i), logits);
-    const int32_t tok = samplers[i]->sample(logits, history[i]);
+  // Greedy everywhere and nobody looks at the logits: the backend picks the tokens where the
+  // logits are (the GPU downloads one id per sequence instead of a vocabulary row).
+  bool device_greedy = !options.on_logits;
+  for (const auto& s : samplers) device_greedy = device_greedy && s->plain_greedy();
+  std::vector<int32_t> picked;  // device_greedy: the step's tokens
+  std::vector<float> logits;    // otherwise: the step's logits rows
+  std::vector<int32_t> tokens, slots, positions;
+  std::vector<int64_t> logit_rows;
+  auto forward = [&] {
+    if (device_greedy)
+      picked = model.forward_greedy(tokens, slots, positions, logit_rows);
+    else
+      logits = model.forward(tokens, slots, positions, logit_rows);
+  };
+
+  // Handles sequence i's token (picked already when tok >= 0, else sampled from logits);
+  // returns false once the sequence has finished.
+  auto accept = [&](int64_t i, int32_t tok, std::span<float> logits) {
+    if (tok < 0) {
+      if (options.on_logits) options.on_logits(static_cast<size_t>(i), logits);
+      tok = samplers[i]->sample(logits, history[i]);
+    }
     Generation& g = out[i];
     if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) !=
         options.stop_tokens.end()) {
@@ -72,8 +90,12 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
     return false;
   };
 
-  std::vector<int32_t> tokens, slots, positions;
-  std::vector<int64_t> logit_rows;
+  // Row a of the last step belongs to sequence i.
+  auto accept_row = [&](size_t a, int64_t i) {
+    if (device_greedy) return accept(i, picked[a], std::span<float>());
+    return accept(i, -1, std::span<float>(logits.data() + a * V, static_cast<size_t>(V)));
+  };
+
   GenerateStats st;
   if (options.max_tokens > 0) {
     // Prefill: every prompt in one forward, logits of each prompt's last row.
@@ -94,10 +116,9 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
       logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
     }
     const auto t0 = clock::now();
-    std::vector<float> logits = model.forward(tokens, slots, positions, logit_rows);
+    forward();
     st.prefill_tokens = static_cast<int64_t>(tokens.size());
-    for (int64_t i = 0; i < n; ++i)
-      done[i] = !accept(i, std::span<float>(logits.data() + i * V, static_cast<size_t>(V)));
+    for (int64_t i = 0; i < n; ++i) done[i] = !accept_row(static_cast<size_t>(i), i);
     st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   }
   const auto t1 = clock::now();
@@ -118,11 +139,11 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
     }
     if (active.empty()) break;
     const auto f0 = clock::now();
-    std::vector<float> logits = model.forward(tokens, slots, positions, logit_rows);
+    forward();
     st.decode_forward_seconds += std::chrono::duration<double>(clock::now() - f0).count();
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t i = active[a];
-      done[i] = !accept(i, std::span<float>(logits.data() + a * V, static_cast<size_t>(V)));
+      done[i] = !accept_row(a, i);
       ++st.decode_tokens;
     }
   }

@@ -31,9 +31,11 @@
 #include <vector>
 
 #include "llm/backend.hpp"
+#include "ops/llm_engine/argmax_rows.hpp"
 #include "ops/llm_engine/rope_tables.hpp"
 #include "runtime/check.hpp"
 #include "tessel/activation.hpp"
+#include "tessel/attention.hpp"
 #include "tessel/decode_attention.hpp"
 #include "tessel/embedding.hpp"
 #include "tessel/gemm.hpp"
@@ -112,11 +114,12 @@ class GpuBackend final : public Backend {
     drop_graphs();
     for (Staged* s : {&tokens_, &positions_, &cos_, &sin_, &rows_})
       if (s->dev) cudaFreeAsync(s->dev, stream_);
-    for (void* p : {k_pool_, v_pool_, input_dev_, pos_tmp_})
+    for (void* p : {k_pool_, v_pool_, input_dev_, pos_tmp_, ids_dev_})
       if (p) cudaFreeAsync(p, stream_);
     cudaStreamSynchronize(stream_);
     if (input_host_) cudaFreeHost(input_host_);
     if (download_host_) cudaFreeHost(download_host_);
+    if (ids_host_) cudaFreeHost(ids_host_);
     cudaEventDestroy(input_copied_);
     cudaStreamDestroy(stream_);
   }
@@ -171,6 +174,25 @@ class GpuBackend final : public Backend {
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     const auto* h = static_cast<const uint16_t*>(download_host_);
     for (size_t i = 0; i < n; ++i) dst[i] = from_bf16(h[i]);
+  }
+  bool argmax_rows(const Buf& b, int32_t* out) override {
+    if (b.rows <= 0) return true;
+    const size_t n = static_cast<size_t>(b.rows) * 4;
+    if (n > ids_capacity_) {
+      if (ids_dev_) TESSEL_CUDA_CHECK(cudaFreeAsync(ids_dev_, stream_));
+      if (ids_host_) TESSEL_CUDA_CHECK(cudaFreeHost(ids_host_));
+      ids_capacity_ = std::max<size_t>(n, 1024);
+      TESSEL_CUDA_CHECK(cudaMallocAsync(&ids_dev_, ids_capacity_, stream_));
+      TESSEL_CUDA_CHECK(cudaMallocHost(&ids_host_, ids_capacity_));
+    }
+    llm_engine::argmax_rows_bf16(b.ptr, b.rows, b.cols, b.pitch(), static_cast<int32_t*>(ids_dev_),
+                                 stream_);
+    TESSEL_CUDA_CHECK(cudaMemcpyAsync(ids_host_, ids_dev_, n, cudaMemcpyDeviceToHost, stream_));
+    const auto w0 = std::chrono::steady_clock::now();
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one sync of a greedy step
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    std::memcpy(out, ids_host_, n);
+    return true;
   }
   double device_wait_seconds() const override { return wait_seconds_; }
   size_t bytes_in_use() const override { return bytes_ + 2 * pool_bytes(pool_pages_); }
@@ -430,6 +452,10 @@ class GpuBackend final : public Backend {
                            std::to_string(kv_dim_) + "), got (" + std::to_string(k.rows) + ", " +
                            std::to_string(k.cols) + ")");
     ensure_layout(rows);
+    // attention() of this layer may read these rows directly (prompts that start the sequence).
+    fresh_k_ = k;
+    fresh_v_ = v;
+    fresh_layer_ = layer;
     // A cache row is kv_dim contiguous elements whatever the head split: append whole rows.
     const int64_t D = kv_dim_;
     for_each_call(
@@ -451,10 +477,28 @@ class GpuBackend final : public Backend {
     ensure_layout(rows);
     const Tensor kc = cache_view(k_pool_, layer, head_dim);
     const Tensor vc = cache_view(v_pool_, layer, head_dim);
+    // Prompt runs that start their sequence (position 0) see exactly the keys this step
+    // stored: the tiled prefill kernel (TMA + WGMMA) reads them from the step's k/v rows,
+    // far faster than the decode kernel for many queries. Short runs stay on the decode path.
+    const bool have_fresh = fresh_layer_ == layer && fresh_k_.rows == q.rows;
+    fresh_layer_ = -1;
+    int64_t call = 0;
     for_each_call(
         [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
           const Tensor qv = rows_view(q, start, B, Sq, n_heads, head_dim);
           Tensor ov = rows_view(out, start, B, Sq, n_heads, head_dim);
+          bool fresh = have_fresh && Sq >= kPrefillMinRows;
+          for (int64_t i = uniform_ ? 0 : call; fresh && i < (uniform_ ? B : call + 1); ++i)
+            fresh = runs_[i].seqlen == runs_[i].len;
+          ++call;
+          if (fresh) {
+            const Tensor kv = rows_view(fresh_k_, start, B, Sq, n_kv_heads, head_dim);
+            const Tensor vv = rows_view(fresh_v_, start, B, Sq, n_kv_heads, head_dim);
+            AttentionParams ap;
+            ap.causal = true;
+            tessel::attention_forward(qv, kv, vv, ov, nullptr, ap, stream_);
+            return;
+          }
           DecodeParams p;
           p.block_table = &table;
           tessel::decode_attention(qv, kc, vc, seqlens, ov, nullptr, p, stream_);
@@ -634,10 +678,17 @@ class GpuBackend final : public Backend {
   size_t input_capacity_ = 0;
   cudaEvent_t input_copied_ = nullptr;
   void* download_host_ = nullptr;  // pinned
+  void* ids_dev_ = nullptr;         // argmax_rows: device ids and their pinned host copy
+  void* ids_host_ = nullptr;
+  size_t ids_capacity_ = 0;
   size_t download_capacity_ = 0;
   double wait_seconds_ = 0;
   std::vector<Run> runs_;
   bool uniform_ = true;
+  // The k/v rows of the last kv_store (views into the step's qkv buffer) and its layer.
+  static constexpr int64_t kPrefillMinRows = 16;
+  Buf fresh_k_, fresh_v_;
+  int64_t fresh_layer_ = -1;
   void* pos_tmp_ = nullptr;
   size_t pos_tmp_bytes_ = 0;
   Staged tokens_, positions_, cos_, sin_, rows_;

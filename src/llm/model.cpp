@@ -5,9 +5,11 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <span>
 
 #include "llm/gguf.hpp"
 #include "llm/safetensors.hpp"
+#include "llm/sampler.hpp"
 #include "tessel/tensor.hpp"
 
 namespace tessel::llm {
@@ -292,6 +294,23 @@ std::vector<float> Model::forward(const std::vector<int32_t>& tokens,
                                   const std::vector<int32_t>& slots,
                                   const std::vector<int32_t>& positions,
                                   const std::vector<int64_t>& logits_rows) {
+  return forward_impl(tokens, slots, positions, logits_rows, nullptr);
+}
+
+std::vector<int32_t> Model::forward_greedy(const std::vector<int32_t>& tokens,
+                                           const std::vector<int32_t>& slots,
+                                           const std::vector<int32_t>& positions,
+                                           const std::vector<int64_t>& logits_rows) {
+  std::vector<int32_t> ids;
+  forward_impl(tokens, slots, positions, logits_rows, &ids);
+  return ids;
+}
+
+std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
+                                       const std::vector<int32_t>& slots,
+                                       const std::vector<int32_t>& positions,
+                                       const std::vector<int64_t>& logits_rows,
+                                       std::vector<int32_t>* greedy) {
   const ModelConfig& c = config_;
   const int64_t M = static_cast<int64_t>(tokens.size());
   if (M == 0 || slots.size() != tokens.size() || positions.size() != tokens.size())
@@ -440,6 +459,17 @@ std::vector<float> Model::forward(const std::vector<int32_t>& tokens,
     b.matmul(s.last_n, lm_head_, nullptr, s.out);
   };
   b.run_step(decode ? (decode_generation_ << 16) + M : -1, ops);
+  if (greedy) {
+    greedy->assign(static_cast<size_t>(n_out), 0);
+    if (n_out > 0 && !b.argmax_rows(s.out, greedy->data())) {
+      std::vector<float> logits(static_cast<size_t>(n_out * c.vocab_size));
+      b.download(s.out, logits.data());
+      for (int64_t r = 0; r < n_out; ++r)
+        (*greedy)[r] = greedy_argmax(std::span<const float>(
+            logits.data() + r * c.vocab_size, static_cast<size_t>(c.vocab_size)));
+    }
+    return {};
+  }
   std::vector<float> logits(static_cast<size_t>(n_out * c.vocab_size));
   if (n_out > 0) b.download(s.out, logits.data());
   return logits;

@@ -44,8 +44,19 @@ class Model {
   std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& slots,
                              const std::vector<int32_t>& positions,
                              const std::vector<int64_t>& logits_rows);
+  // The same step, returning the greedy token (argmax, lowest id on ties) of each logits row
+  // instead of the logits: on the GPU only the ids leave the device.
+  std::vector<int32_t> forward_greedy(const std::vector<int32_t>& tokens,
+                                      const std::vector<int32_t>& slots,
+                                      const std::vector<int32_t>& positions,
+                                      const std::vector<int64_t>& logits_rows);
 
  private:
+  std::vector<float> forward_impl(const std::vector<int32_t>& tokens,
+                                  const std::vector<int32_t>& slots,
+                                  const std::vector<int32_t>& positions,
+                                  const std::vector<int64_t>& logits_rows,
+                                  std::vector<int32_t>* greedy);
   // wqkv = wq | wk | wv stacked along the output dim (one GEMM; q, k, v are column views of
   // its output); w_up = w_gate | w_up likewise for SiLU-gated FFNs (GELU FFNs: just w_up).
   struct Layer {

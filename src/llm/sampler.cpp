@@ -33,7 +33,6 @@ void apply_penalties(const SamplerConfig& cfg, std::span<float> logits,
 // Greedy; ties go to the lowest id, NaN is never the maximum (as std::max_element). The
 // maximum is found 8 floats at a time first: a 128k vocabulary per row per step is host time
 // that every decode step pays (std::max_element: ~70 us per row).
-namespace {
 int32_t greedy_argmax(std::span<const float> logits) {
   // Two 4-lane accumulators: native SSE on every x86-64 (an 8-lane vector without AVX is
   // split into scalar code and is slower than a plain loop).
@@ -59,7 +58,6 @@ int32_t greedy_argmax(std::span<const float> logits) {
     if (logits[i] == mx) return static_cast<int32_t>(i);
   return 0;  // every logit NaN (or empty)
 }
-}  // namespace
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   apply_penalties(cfg_, logits, history);

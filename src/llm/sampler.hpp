@@ -30,6 +30,11 @@ class Sampler {
   // sequence so far (prompt + generated).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
   const SamplerConfig& config() const { return cfg_; }
+  // Greedy with no penalties: the pick depends on the logits only (may run on the device).
+  bool plain_greedy() const {
+    return cfg_.temperature <= 0.0f && cfg_.repetition_penalty == 1.0f &&
+           cfg_.presence_penalty == 0.0f && cfg_.frequency_penalty == 0.0f;
+  }
 
  private:
   double uniform();  // [0, 1) from the 64-bit generator, independent of the library's distributions
@@ -37,6 +42,10 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
 };
+
+// The greedy pick of Sampler::sample: the lowest index of the largest non-NaN logit (0 when
+// every logit is NaN or there is none).
+int32_t greedy_argmax(std::span<const float> logits);
 
 // Applies the three penalties of `cfg` to `logits` in place (exposed for tests).
 void apply_penalties(const SamplerConfig& cfg, std::span<float> logits,
