@@ -8,6 +8,7 @@
 # Usage: scripts/device-check.sh OUTDIR   (C++ binaries in $TESSEL_BUILD, default build/)
 #   TESSEL_SUITES / TESSEL_GTEST_FILTER: see scripts/gpu-check.sh
 #   TESSEL_PYTHON=0: skip steps 1, 3 and 4
+#   TESSEL_VS_TORCH_OPS=a,b: step 4 for these ops only (bench/vs_torch.py --ops)
 # Writes OUTDIR/*.json (bench results) and OUTDIR/logs.tgz (logs, gtest XML, SASS summary).
 # Killed early (SIGTERM, e.g. by `timeout`), it still packs what it has into OUTDIR.
 set -uo pipefail
@@ -54,7 +55,8 @@ elif wait $pybuild; then
   echo "python tests: rc=$rc $(tail -1 "$work/python-tests.log")" | tee -a "$work/summary.txt"
   [ $rc -ne 0 ] && status=1
   PYTHONPATH="$root/build-py/python" timeout 900 python3 bench/vs_torch.py \
-    --json "$work/vs_torch.json" >"$work/vs_torch.log" 2>&1 &
+    --json "$work/vs_torch.json" ${TESSEL_VS_TORCH_OPS:+--ops "$TESSEL_VS_TORCH_OPS"} \
+    >"$work/vs_torch.log" 2>&1 &
   wait $!
   echo "vs_torch: rc=$? $(tail -1 "$work/vs_torch.log")" | tee -a "$work/summary.txt"
 else
