@@ -478,9 +478,10 @@ class GpuBackend final : public Backend {
     const Tensor kc = cache_view(k_pool_, layer, head_dim);
     const Tensor vc = cache_view(v_pool_, layer, head_dim);
     // Prompt runs that start their sequence (position 0) see exactly the keys this step
-    // stored: the tiled prefill kernel (TMA + WGMMA) reads them from the step's k/v rows,
-    // far faster than the decode kernel for many queries. Short runs stay on the decode path.
-    const bool have_fresh = fresh_layer_ == layer && fresh_k_.rows == q.rows;
+    // stored: the tiled prefill kernel (TMA + WGMMA) can read them from the step's k/v rows,
+    // far faster than the decode kernel for many queries (opt-in, see prefill_kernel_).
+    const bool have_fresh =
+        prefill_kernel_ && fresh_layer_ == layer && fresh_k_.rows == q.rows;
     fresh_layer_ = -1;
     int64_t call = 0;
     for_each_call(
@@ -687,6 +688,13 @@ class GpuBackend final : public Backend {
   bool uniform_ = true;
   // The k/v rows of the last kv_store (views into the step's qkv buffer) and its layer.
   static constexpr int64_t kPrefillMinRows = 16;
+  // Opt-in (TESSEL_PREFILL_ATTENTION=tiled) until a wrong answer is understood: on the real
+  // SmolLM2 GGUF a 37-token chat prompt through the tiled kernel gave wrong text while the
+  // decode kernel (the default) gives the CPU backend's answer (docs/engine_gpu.md).
+  const bool prefill_kernel_ = [] {
+    const char* e = std::getenv("TESSEL_PREFILL_ATTENTION");
+    return e && std::string(e) == "tiled";
+  }();
   Buf fresh_k_, fresh_v_;
   int64_t fresh_layer_ = -1;
   void* pos_tmp_ = nullptr;
