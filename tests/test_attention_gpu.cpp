@@ -219,6 +219,16 @@ TEST_F(AttentionGpu, GqaRatios) {
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 129, 257, hq, hkv, 128, causal));
 }
 
+// Odd GQA ratio and prompt-like lengths (SmolLM2: 9 q heads over 3 kv heads, D 64).
+TEST_F(AttentionGpu, GqaRatio3PromptLengths) {
+  for (int s : {16, 37, 61, 100})
+    for (int extra : {0, 8}) {
+      Case c = make(DType::bf16, 1, s, s, 9, 3, 64, true);
+      c.pitch_extra = extra;
+      run(c);
+    }
+}
+
 TEST_F(AttentionGpu, Long1000) {
   for (int d : {64, 128, 256})
     for (bool causal : {false, true}) run(make(DType::bf16, 2, 1000, 1000, 4, 1, d, causal));
