@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "ops/attention/attention_check.hpp"
 #include "ops/attention/attention_fwd.cuh"
 #include "ops/rows.cuh"
 #include "runtime/check.hpp"
@@ -150,31 +151,8 @@ bool wgmma_supported(const FwdArgs& a, bool) {
 
 namespace {
 
+using attention_detail::check_last_contiguous;
 using attention_detail::FwdArgs;
-
-constexpr std::initializer_list<DType> kAttnTypes = {DType::bf16, DType::f16};
-
-void check_last_contiguous(const detail::OpCheck& chk, const char* arg, const Tensor& t) {
-  if (t.ndim > 0 && t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
-    chk.fail(arg, "a contiguous last axis (stride 1)",
-             "stride " + std::to_string(t.strides[t.ndim - 1]));
-  for (int d = 0; d < t.ndim; ++d)
-    if (t.strides[d] < 0)
-      chk.fail(arg, "non-negative strides", "stride " + std::to_string(t.strides[d]));
-}
-
-void check_dims(const detail::OpCheck& chk, const char* arg, const Tensor& t,
-                std::initializer_list<int64_t> want) {
-  bool same = t.ndim == static_cast<int>(want.size());
-  int d = 0;
-  for (int64_t w : want) same = same && t.shape[d++] == w;
-  if (!same) {
-    std::string s = "(";
-    d = 0;
-    for (int64_t w : want) s += (d++ ? ", " : "") + std::to_string(w);
-    chk.fail(arg, "shape " + s + (want.size() == 1 ? ",)" : ")"), "shape " + t.shape_string());
-  }
-}
 
 // "simt" forces the SIMT path (tests cover both paths on the same inputs).
 bool force_simt() {
@@ -187,77 +165,12 @@ bool force_simt() {
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor* lse,
                        const AttentionParams& params, cudaStream_t stream) {
   detail::OpCheck chk("attention_forward");
-  chk.dtype_in("q", q, kAttnTypes);
-  chk.same_dtype("k", k, "q", q);
-  chk.same_dtype("v", v, "q", q);
+  const attention_detail::AttnShape g = attention_detail::check_qkv(chk, q, k, v, lse, params);
   chk.same_dtype("out", out, "q", q);
-  if (lse) chk.dtype_in("lse", *lse, {DType::f32});
-  if (params.sinks) chk.dtype_in("sinks", *params.sinks, {DType::f32});
-  const bool varlen = params.cu_seqlens_q != nullptr || params.cu_seqlens_k != nullptr;
-  if (varlen) {
-    if (!params.cu_seqlens_q || !params.cu_seqlens_k)
-      chk.fail(params.cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q",
-               "both cu_seqlens_q and cu_seqlens_k (varlen) or neither", "only one");
-    chk.dtype_in("cu_seqlens_q", *params.cu_seqlens_q, {DType::i32});
-    chk.dtype_in("cu_seqlens_k", *params.cu_seqlens_k, {DType::i32});
-  }
-  const int rank = varlen ? 3 : 4;
-  chk.rank_in("q", q, rank, rank);
-  chk.rank_in("k", k, rank, rank);
-  chk.rank_in("v", v, rank, rank);
-  chk.valid_layout("q", q);
-  chk.valid_layout("k", k);
-  chk.valid_layout("v", v);
-  const int64_t d = q.size(-1), hq = q.size(-2), hkv = k.size(-2);
-  if (d != 64 && d != 128 && d != 256)
-    chk.fail("q", "head dim (last axis) in {64, 128, 256}", "head dim " + std::to_string(d));
-  if (k.size(-1) != d)
-    chk.fail("k", "head dim " + std::to_string(d) + " (q's)", "shape " + k.shape_string());
-  if (hkv < 1 || hq % hkv != 0)
-    chk.fail("k", "a head count dividing q's " + std::to_string(hq) + " heads",
-             std::to_string(hkv) + " heads (shape " + k.shape_string() + ")");
-  chk.same_shape("v", v, "k", k);
   chk.same_shape("out", out, "q", q);
-  int64_t batches = 0, sq = 0, skv = 0;
-  if (varlen) {
-    chk.rank_in("cu_seqlens_q", *params.cu_seqlens_q, 1, 1);
-    chk.contiguous("cu_seqlens_q", *params.cu_seqlens_q);
-    batches = params.cu_seqlens_q->shape[0] - 1;
-    if (batches < 0)
-      chk.fail("cu_seqlens_q", "B+1 >= 1 offsets", "shape " + params.cu_seqlens_q->shape_string());
-    check_dims(chk, "cu_seqlens_k", *params.cu_seqlens_k, {batches + 1});
-    chk.contiguous("cu_seqlens_k", *params.cu_seqlens_k);
-    sq = q.shape[0];
-    skv = k.shape[0];
-    if (lse) check_dims(chk, "lse", *lse, {hq, sq});
-  } else {
-    batches = q.shape[0];
-    sq = q.shape[1];
-    skv = k.shape[1];
-    if (k.shape[0] != batches)
-      chk.fail("k", "batch " + std::to_string(batches) + " (q's)", "shape " + k.shape_string());
-    if (lse) check_dims(chk, "lse", *lse, {batches, hq, sq});
-  }
-  if (params.sinks) {
-    check_dims(chk, "sinks", *params.sinks, {hq});
-    chk.contiguous("sinks", *params.sinks);
-  }
-  check_last_contiguous(chk, "q", q);
-  check_last_contiguous(chk, "k", k);
-  check_last_contiguous(chk, "v", v);
   check_last_contiguous(chk, "out", out);
-  if (lse) chk.contiguous("lse", *lse);
-  if (std::isnan(params.scale) || std::isinf(params.scale))
-    chk.fail("scale", "a finite scale (<= 0: 1/sqrt(D))", std::to_string(params.scale));
-  if (!(params.softcap >= 0.f) || std::isinf(params.softcap))
-    chk.fail("softcap", "a finite softcap >= 0 (0: none)", std::to_string(params.softcap));
-  if (params.window_left < -1)
-    chk.fail("window_left", ">= -1 (-1: unlimited)", std::to_string(params.window_left));
-  if (params.window_right < -1)
-    chk.fail("window_right", ">= -1 (-1: unlimited)", std::to_string(params.window_right));
-  constexpr int64_t kIntMax = 2147483647;
-  if (sq > kIntMax || skv > kIntMax || batches > 65535 || hq > 65535)
-    chk.fail("q", "sequence lengths < 2^31, batch and heads <= 65535", "shape " + q.shape_string());
+  const bool varlen = g.varlen;
+  const int64_t batches = g.batches, sq = g.sq, skv = g.skv, d = g.d, hq = g.hq, hkv = g.hkv;
   if (batches == 0 || sq == 0 || hq == 0) return;  // nothing to write
   chk.device_pointer("q", q);
   chk.device_pointer("k", k);
