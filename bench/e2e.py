@@ -131,7 +131,8 @@ def pretune(tessel, shapes, cache):
     return out.stdout
 
 
-def tessel_times(tessel, folder, batch, prompt_len, new_tokens, graphs=True, tune_cache=None):
+def tessel_times(tessel, folder, batch, prompt_len, new_tokens, graphs=True, tune_cache=None,
+                 extra_env=None):
     ids = ",".join(str(1000 + (i * 7919) % 120000) for i in range(prompt_len))
     cmd = [tessel, "run", "--model", folder, "--backend", "gpu", "--temperature", "0",
            "--ignore-eos", "--max-tokens", str(new_tokens), "--context", str(prompt_len + new_tokens + 8)]
@@ -142,6 +143,7 @@ def tessel_times(tessel, folder, batch, prompt_len, new_tokens, graphs=True, tun
                TESSEL_CUDA_GRAPHS="1" if graphs else "0")
     if tune_cache:
         env["TESSEL_AUTOTUNE_CACHE"] = tune_cache
+    env.update(extra_env or {})
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     text = out.stdout + out.stderr
     m = SUMMARY.search(text)
@@ -186,6 +188,9 @@ def run_model(tf, args, name, copy_gbps):
 
     hf = {}
     for b in (1, 16):
+        if args.no_baseline:  # development runs: tessel alone (records not for committing)
+            hf[b] = (float("inf"), float("inf"))
+            continue
         hf[b] = hf_times(model, args.prompt, b, args.new_tokens)
         print(f"transformers {prefix} b{b}: prefill {args.prompt / hf[b][0]:.0f} tok/s, "
               f"decode {b / hf[b][1]:.1f} tok/s", flush=True)
@@ -217,6 +222,14 @@ def run_model(tf, args, name, copy_gbps):
                                          graphs=False, tune_cache=cache)
             print(f"tessel {prefix} b{b}, CUDA graphs off: decode {off_tps:.1f} tok/s", flush=True)
             detail += f"; CUDA graphs off: {off_tps:.1f} tok/s"
+        for spec in args.compare:  # the same run with one environment variable changed
+            var, _, val = spec.partition("=")
+            var_prefill, var_tps, _ = tessel_times(args.tessel, folder, b, args.prompt,
+                                                   args.new_tokens, tune_cache=cache,
+                                                   extra_env={var: val})
+            print(f"tessel {prefix} b{b}, {spec}: prefill {var_prefill:.0f} tok/s, decode "
+                  f"{var_tps:.1f} tok/s", flush=True)
+            detail += f"; with {spec}: decode {var_tps:.1f} tok/s, prefill {var_prefill:.0f} tok/s"
         print(f"  {detail}", flush=True)
         records.append(record(prefix, "e2e_decode", b, args.prompt, args.new_tokens, params,
                               decode_tps, hf_decode, bw / copy_gbps, detail))
@@ -240,6 +253,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--compare-graphs", action="store_true")
+    ap.add_argument("--compare", action="append", default=[], metavar="VAR=VALUE",
+                    help="also run tessel with this environment variable (repeatable); the "
+                         "rates go to check_detail")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip transformers (development runs; baseline_value 0)")
     ap.add_argument("--partial-json", action="store_true",
                     help="also write JSON.partial after every tessel case")
     ap.add_argument("--pretune", action="store_true",

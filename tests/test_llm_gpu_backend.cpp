@@ -349,6 +349,54 @@ TEST_F(LlmGpuBackend, BatchedGenerateMatchesCpu) {
   }
 }
 
+// Prompt runs of >= 128 tokens that start their sequence take the tiled attention kernel
+// (TMA + WGMMA, read from the step's k/v rows), shorter ones the decode kernel: a 150- and a
+// 131-token prompt (tiled; GQA ratio 3 as in SmolLM2) and a 40-token one (decode kernel) in one
+// step, against the CPU backend and against a GPU model forced onto the decode kernel.
+TEST_F(LlmGpuBackend, TiledPrefillMatchesCpuAndDecodeKernel) {
+  ModelConfig c = small("llama");
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.max_positions = 320;
+  const MemorySource src = random_weights(c, 23);
+  Model cpu(make_cpu_backend(2), c, src, false);
+  Model tiled(make_backend("gpu"), c, src, false);
+  std::unique_ptr<Model> decode;
+  {
+    ScopedEnv env("TESSEL_PREFILL_ATTENTION", "decode");
+    decode = std::make_unique<Model>(make_backend("gpu"), c, src, false);
+  }
+  for (Model* m : {&cpu, &tiled, decode.get()}) m->reserve(3, 256);
+  std::mt19937 rng(29);
+  std::vector<int32_t> toks, slots, pos;
+  std::vector<int64_t> rows;
+  int32_t slot = 0;
+  for (int len : {150, 40, 131}) {
+    const std::vector<int32_t> p = random_tokens(len, static_cast<int>(c.vocab_size), rng);
+    for (int i = 0; i < len; ++i)
+      toks.push_back(p[i]), slots.push_back(slot), pos.push_back(i),
+          rows.push_back(static_cast<int64_t>(rows.size()));
+    ++slot;
+  }
+  const auto lc = cpu.forward(toks, slots, pos, rows);
+  const auto lt = tiled.forward(toks, slots, pos, rows);
+  const auto ld = decode->forward(toks, slots, pos, rows);
+  Compare acc;
+  compare_step(lc, lt, c.vocab_size, "tiled prefill vs cpu", acc);
+  EXPECT_GE(acc.greedy_checked, 20) << "too few clear greedy decisions to check";
+  // The two GPU kernels differ only in rounding (P in bf16 for the tensor cores vs f32).
+  double worst = 0, ref = 0;
+  for (size_t i = 0; i < lt.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(lt[i]) - ld[i]));
+    ref = std::max(ref, std::abs(static_cast<double>(ld[i])));
+  }
+  EXPECT_LE(worst, 0.03 * ref + 0.01) << "max |tiled - decode kernel| over max |logit| " << ref;
+  std::printf(
+      "[ tiled prefill ] max |tiled - cpu| %.4f, |tiled - decode kernel| %.4f over max "
+      "|logit| %.3f; %d greedy rows checked\n",
+      acc.max_err, worst, ref, acc.greedy_checked);
+}
+
 // The device greedy pick (Backend::argmax_rows) against the host sampler's rule on the same
 // bf16 values: many ties (values on a 0.25 grid), NaNs, all-NaN and all -inf rows, +inf, ragged
 // widths (1 … 128256 + 3) and a pitched column view (unaligned rows: the scalar loads).

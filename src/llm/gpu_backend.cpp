@@ -9,7 +9,8 @@
 // launches into a CUDA graph on its second occurrence (the first runs eagerly, so tessel's
 // autotuner and per-stream scratch are settled before capture) and replays the graph from then
 // on: a replay is the input copy plus one cudaGraphLaunch. TESSEL_CUDA_GRAPHS=0 turns graphs
-// off. A recorded step is only valid while the buffers it captured live: growing the KV pool
+// off. Steps launch with programmatic dependent launch (TESSEL_DEPENDENT_LAUNCH=0 turns it
+// off). A recorded step is only valid while the buffers it captured live: growing the KV pool
 // or the input buffer, or kv_reserve(), drops every graph.
 //
 // KV cache: a paged pool per layer, (pages, page_size, kv_dim) for K and for V, page_size 64
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -39,6 +41,7 @@
 #include "tessel/decode_attention.hpp"
 #include "tessel/embedding.hpp"
 #include "tessel/gemm.hpp"
+#include "tessel/launch.hpp"
 #include "tessel/norm.hpp"
 #include "tessel/ops.hpp"
 
@@ -108,6 +111,8 @@ class GpuBackend final : public Backend {
     TESSEL_CUDA_CHECK(cudaEventCreateWithFlags(&input_copied_, cudaEventDisableTiming));
     const char* g = std::getenv("TESSEL_CUDA_GRAPHS");
     graphs_enabled_ = !(g && std::string(g) == "0");
+    const char* dl = std::getenv("TESSEL_DEPENDENT_LAUNCH");
+    dependent_launch_ = !(dl && std::string(dl) == "0");
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(stream_);
@@ -335,6 +340,9 @@ class GpuBackend final : public Backend {
       GpuBackend* b;
       ~End() { b->in_step_ = false; }  // later direct op calls do not see this step's inputs
     } end{this};
+    // The step's kernels may start while their predecessor drains (include/tessel/launch.hpp):
+    // the small-M GEMMs stream their weights during the previous kernel's tail.
+    const DependentLaunchScope dependent(dependent_launch_);
     if (key < 0 || !graphs_enabled_) return ops();
     const GraphKey gk{key,
                       step_.rows,
@@ -479,16 +487,15 @@ class GpuBackend final : public Backend {
     const Tensor vc = cache_view(v_pool_, layer, head_dim);
     // Prompt runs that start their sequence (position 0) see exactly the keys this step
     // stored: the tiled prefill kernel (TMA + WGMMA) can read them from the step's k/v rows,
-    // far faster than the decode kernel for many queries (opt-in, see prefill_kernel_).
-    const bool have_fresh =
-        prefill_kernel_ && fresh_layer_ == layer && fresh_k_.rows == q.rows;
+    // far faster than the decode kernel for many queries (see prefill_min_rows_).
+    const bool have_fresh = prefill_kernel_ && fresh_layer_ == layer && fresh_k_.rows == q.rows;
     fresh_layer_ = -1;
     int64_t call = 0;
     for_each_call(
         [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
           const Tensor qv = rows_view(q, start, B, Sq, n_heads, head_dim);
           Tensor ov = rows_view(out, start, B, Sq, n_heads, head_dim);
-          bool fresh = have_fresh && Sq >= kPrefillMinRows;
+          bool fresh = have_fresh && Sq >= prefill_min_rows_;
           for (int64_t i = uniform_ ? 0 : call; fresh && i < (uniform_ ? B : call + 1); ++i)
             fresh = runs_[i].seqlen == runs_[i].len;
           ++call;
@@ -498,6 +505,7 @@ class GpuBackend final : public Backend {
             AttentionParams ap;
             ap.causal = true;
             tessel::attention_forward(qv, kv, vv, ov, nullptr, ap, stream_);
+            if (prefill_check_) check_prefill(layer, qv, kv, vv, ov, kc, vc, seqlens, table);
             return;
           }
           DecodeParams p;
@@ -662,6 +670,7 @@ class GpuBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   size_t bytes_ = 0;
   bool graphs_enabled_ = true;
+  bool dependent_launch_ = true;  // TESSEL_DEPENDENT_LAUNCH=0 turns it off
   // KV pool
   void* k_pool_ = nullptr;
   void* v_pool_ = nullptr;
@@ -679,7 +688,7 @@ class GpuBackend final : public Backend {
   size_t input_capacity_ = 0;
   cudaEvent_t input_copied_ = nullptr;
   void* download_host_ = nullptr;  // pinned
-  void* ids_dev_ = nullptr;         // argmax_rows: device ids and their pinned host copy
+  void* ids_dev_ = nullptr;        // argmax_rows: device ids and their pinned host copy
   void* ids_host_ = nullptr;
   size_t ids_capacity_ = 0;
   size_t download_capacity_ = 0;
@@ -687,14 +696,83 @@ class GpuBackend final : public Backend {
   std::vector<Run> runs_;
   bool uniform_ = true;
   // The k/v rows of the last kv_store (views into the step's qkv buffer) and its layer.
-  static constexpr int64_t kPrefillMinRows = 16;
-  // Opt-in (TESSEL_PREFILL_ATTENTION=tiled) until a wrong answer is understood: on the real
-  // SmolLM2 GGUF a 37-token chat prompt through the tiled kernel gave wrong text while the
-  // decode kernel (the default) gives the CPU backend's answer (docs/engine_gpu.md).
-  const bool prefill_kernel_ = [] {
+  static constexpr int64_t kPrefillMinRows = 128;
+  // Prompt runs that start their sequence go to the tiled kernel from kPrefillMinRows rows on
+  // (below that the decode kernel is as fast). TESSEL_PREFILL_ATTENTION: "decode" = never,
+  // "tiled" = from 16 rows, "check" = "tiled" plus the decode kernel on the same call and the
+  // per-layer difference printed (the first differing layer's tensors dumped to TESSEL_DUMP_DIR).
+  static std::string prefill_mode() {
     const char* e = std::getenv("TESSEL_PREFILL_ATTENTION");
-    return e && std::string(e) == "tiled";
-  }();
+    return e ? e : "";
+  }
+  const bool prefill_check_ = prefill_mode() == "check";
+  const bool prefill_kernel_ = prefill_mode() != "decode";
+  const int64_t prefill_min_rows_ = prefill_mode().empty() ? kPrefillMinRows : 16;
+  bool check_dumped_ = false;
+
+  // Strided bf16 (B, S, H, D) view -> host floats in logical order.
+  std::vector<float> host_values(const Tensor& t) {
+    const int64_t B = t.shape[0], S = t.shape[1], H = t.shape[2], D = t.shape[3];
+    std::vector<uint16_t> raw(static_cast<size_t>(B * S * H * D));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        TESSEL_CUDA_CHECK(cudaMemcpy2DAsync(
+            raw.data() + ((b * S + s) * H) * D, D * 2,
+            static_cast<const uint16_t*>(t.data) + b * t.strides[0] + s * t.strides[1],
+            t.strides[2] * 2, D * 2, H, cudaMemcpyDeviceToHost, stream_));
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<float> out(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = from_bf16(raw[i]);
+    return out;
+  }
+  void check_prefill(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& tiled, const Tensor& kc, const Tensor& vc, const Tensor& seqlens,
+                     const Tensor& table) {
+    void* tmp = nullptr;
+    const size_t n = static_cast<size_t>(tiled.numel());
+    TESSEL_CUDA_CHECK(cudaMallocAsync(&tmp, n * 2, stream_));
+    Tensor dec = Tensor::contiguous(
+        tmp, DType::bf16, {tiled.shape[0], tiled.shape[1], tiled.shape[2], tiled.shape[3]});
+    DecodeParams p;
+    p.block_table = &table;
+    tessel::decode_attention(q, kc, vc, seqlens, dec, nullptr, p, stream_);
+    const std::vector<float> a = host_values(tiled), b = host_values(dec);
+    TESSEL_CUDA_CHECK(cudaFreeAsync(tmp, stream_));
+    double worst = 0, ref = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+      if (!(d <= worst)) worst = d, at = i;
+      ref = std::max(ref, std::abs(static_cast<double>(b[i])));
+    }
+    const int64_t H = tiled.shape[2], D = tiled.shape[3];
+    std::fprintf(stderr,
+                 "[prefill check] layer %lld: max |tiled - decode| %.4g at (row %lld, head %lld, "
+                 "col %lld) of max |decode| %.4g\n",
+                 static_cast<long long>(layer), worst, static_cast<long long>(at / (H * D)),
+                 static_cast<long long>(at / D % H), static_cast<long long>(at % D), ref);
+    const char* dir = std::getenv("TESSEL_DUMP_DIR");
+    if (dir && !check_dumped_ && worst > 0.05 * ref + 0.02) {
+      check_dumped_ = true;
+      auto dump = [&](const char* name, const std::vector<float>& x) {
+        const std::string path = std::string(dir) + "/" + name + ".f32";
+        if (FILE* f = std::fopen(path.c_str(), "wb")) {
+          std::fwrite(x.data(), 4, x.size(), f);
+          std::fclose(f);
+        }
+      };
+      dump("q", host_values(q));
+      dump("k", host_values(k));
+      dump("v", host_values(v));
+      dump("tiled", a);
+      dump("decode", b);
+      std::fprintf(stderr,
+                   "[prefill check] dumped layer %lld (B %lld S %lld Hq %lld Hkv %lld D %lld)\n",
+                   static_cast<long long>(layer), static_cast<long long>(q.shape[0]),
+                   static_cast<long long>(q.shape[1]), static_cast<long long>(q.shape[2]),
+                   static_cast<long long>(k.shape[2]), static_cast<long long>(D));
+    }
+  }
   Buf fresh_k_, fresh_v_;
   int64_t fresh_layer_ = -1;
   void* pos_tmp_ = nullptr;

@@ -291,4 +291,14 @@ __device__ __forceinline__ void store_row(T* row, int64_t cols, int lane, F out)
 // ---- grid helpers ----------------------------------------------------------------------
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Programmatic dependent launch (runtime/launch.cuh): wait until the kernel before this one
+// on the stream has completed and its writes are visible (returns at once when this kernel
+// was launched without the attribute), and let the next kernel start launching.
+__device__ __forceinline__ void wait_prior_grid() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void allow_next_grid() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 }  // namespace tessel::tile

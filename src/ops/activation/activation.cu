@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ops/rows.cuh"
+#include "runtime/launch.cuh"
 #include "tessel/activation.hpp"
 
 namespace tessel {
@@ -77,6 +78,8 @@ struct Ptrs {
 
 template <class T, int VEC, Act A, Mode M>
 __global__ void __launch_bounds__(kBlock) act_kernel(Ptrs p, int64_t rows, int64_t cols) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
   if (c >= cols) return;
   constexpr bool kHasB = M == Mode::glu_fwd || M == Mode::glu_bwd;
@@ -131,6 +134,8 @@ constexpr int kFlatUnroll = 4;
 
 template <class T, int VEC, Act A, Mode M>
 __global__ void __launch_bounds__(kBlock) act_flat_kernel(Ptrs p, int64_t nvec) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   static_assert(M == Mode::act_fwd || M == Mode::act_bwd, "single-tensor activations only");
   constexpr bool kHasG = M == Mode::act_bwd;
   const T* A_ = static_cast<const T*>(p.a);
@@ -191,7 +196,7 @@ void launch(const char* op, Act act, DType dtype, const Ptrs& p, int64_t rows, i
         if (flat) {
           const int64_t nvec = rows * cols / V;
           const int64_t blocks = tile::ceil_div(nvec, int64_t{kFlatUnroll} * kBlock);
-          act_flat_kernel<T, V, A, M><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(p, nvec);
+          TESSEL_CUDA_CHECK(detail::launch_dependent(act_flat_kernel<T, V, A, M>, dim3(static_cast<unsigned>(blocks)), dim3(kBlock), 0, stream, p, nvec));
           return;
         }
       }
@@ -199,8 +204,8 @@ void launch(const char* op, Act act, DType dtype, const Ptrs& p, int64_t rows, i
       const int64_t col_blocks = tile::ceil_div(tile::ceil_div(cols, vec), kBlock);
       const int64_t row_blocks = std::min<int64_t>(tile::ceil_div(rows, kRowUnroll), 65535);
       const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
-      if (vec_ok) act_kernel<T, V, A, M><<<grid, kBlock, 0, stream>>>(p, rows, cols);
-      else act_kernel<T, 1, A, M><<<grid, kBlock, 0, stream>>>(p, rows, cols);
+      TESSEL_CUDA_CHECK(vec_ok ? detail::launch_dependent(act_kernel<T, V, A, M>, grid, dim3(kBlock), 0, stream, p, rows, cols)
+                             : detail::launch_dependent(act_kernel<T, 1, A, M>, grid, dim3(kBlock), 0, stream, p, rows, cols));
     });
   });
   detail::check_launch(op);

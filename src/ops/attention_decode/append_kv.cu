@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/attention_decode/decode_launch.cuh"
+#include "runtime/launch.cuh"
 
 namespace tessel {
 namespace {
@@ -24,6 +25,8 @@ struct AppendArgs {
 };
 
 __global__ void append_kernel(const __grid_constant__ AppendArgs a) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < a.total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int c = static_cast<int>(idx % a.chunks);
@@ -136,7 +139,7 @@ void run_append(const char* op, const char* const* new_names, const char* const*
   a.chunks = static_cast<int>(D / 8);
   a.total = B * Sq * H * (D / 8);
   const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>((a.total + 255) / 256, 1, 65536));
-  append_kernel<<<grid, 256, 0, stream>>>(a);
+  TESSEL_CUDA_CHECK(detail::launch_dependent(append_kernel, dim3(grid), dim3(256), 0, stream, a));
   detail::check_launch(op);
 }
 

@@ -160,6 +160,8 @@ __device__ __forceinline__ int2 page_of(const KernelArgs& a, int b, int pos, int
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   using T = typename C::T;
   constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
@@ -511,6 +513,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 // One warp per output row: merge the splits' (normalized O, log2-sum-exp) pairs.
 template <class T, int DV>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   constexpr int PER = DV / 32;
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);

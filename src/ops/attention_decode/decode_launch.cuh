@@ -12,6 +12,7 @@
 
 #include "ops/attention_decode/decode_kernel.cuh"
 #include "runtime/check.hpp"
+#include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/decode_attention.hpp"
 
@@ -216,11 +217,13 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
   }
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
-  decode_kernel<C><<<grid, C::THREADS, C::SMEM, stream>>>(a);
+  TESSEL_CUDA_CHECK(
+      detail::launch_dependent(decode_kernel<C>, grid, dim3(C::THREADS), C::SMEM, stream, a));
   detail::check_launch(op);
   if (splits > 1) {
-    combine_kernel<typename C::T, C::DV>
-        <<<static_cast<unsigned>((rows_global + 7) / 8), 256, 0, stream>>>(a);
+    TESSEL_CUDA_CHECK(detail::launch_dependent(combine_kernel<typename C::T, C::DV>,
+                                               dim3(static_cast<unsigned>((rows_global + 7) / 8)),
+                                               dim3(256), 0, stream, a));
     detail::check_launch(op);
   }
 }

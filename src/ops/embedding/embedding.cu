@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ops/rows.cuh"
+#include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/embedding.hpp"
 
@@ -69,6 +70,8 @@ template <class T, int VEC, class I>
 __global__ void __launch_bounds__(kBlock)
     embedding_kernel(const I* __restrict__ ids, const T* __restrict__ w, T* __restrict__ out,
                      int64_t n, int64_t vocab, int64_t dim, int64_t w_pitch, int64_t o_pitch) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
   if (c >= dim) return;
   for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kFwdTokUnroll; t0 < n;
@@ -314,9 +317,9 @@ void embedding(const Tensor& ids, const Tensor& weight, Tensor& out, bool check_
       const dim3 grid(static_cast<unsigned>(tile::ceil_div(tile::ceil_div(dim, vec), kBlock)),
                       static_cast<unsigned>(std::min<int64_t>(tile::ceil_div(n, kFwdTokUnroll), 65535)));
       if (vec_ok)
-        embedding_kernel<T, V, I><<<grid, kBlock, 0, stream>>>(ip, wp, op_, n, vocab, dim, wr.pitch, orr.pitch);
+        TESSEL_CUDA_CHECK(detail::launch_dependent(embedding_kernel<T, V, I>, grid, dim3(kBlock), 0, stream, ip, wp, op_, n, vocab, dim, wr.pitch, orr.pitch));
       else
-        embedding_kernel<T, 1, I><<<grid, kBlock, 0, stream>>>(ip, wp, op_, n, vocab, dim, wr.pitch, orr.pitch);
+        TESSEL_CUDA_CHECK(detail::launch_dependent(embedding_kernel<T, 1, I>, grid, dim3(kBlock), 0, stream, ip, wp, op_, n, vocab, dim, wr.pitch, orr.pitch));
     });
   });
   detail::check_launch("embedding");

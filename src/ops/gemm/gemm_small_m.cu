@@ -39,6 +39,7 @@
 #include "ops/gemm/gemm_small_m.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/check.hpp"
+#include "runtime/launch.cuh"
 #include "tile/tile.cuh"
 
 namespace tessel::detail {
@@ -202,6 +203,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
     load_step<KN>(nxt, bbytes, ldb_bytes, p.n, p.k, n0, step + p.wk, kend, g, t);
     primed = true;
   }
+  // Under a dependent launch this block may run while the previous kernel finishes: the
+  // weight B is not its output (launch.hpp's contract), so the prologue above went out before
+  // the wait; A, C, D and the split-K workspace wait for it. (Prefetching more weight steps
+  // into L2 here measured slower: 1B decode 721 -> 677 tok/s with 4 steps, 655 with 8.)
+  tile::wait_prior_grid();
 
   constexpr int kQ = KN ? 4 : 1;  // MMAs per (sub-step, token tile)
   float acc[MT][kQ][4];
@@ -289,6 +295,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
     }
   }
 
+  // The weights are consumed: the next kernel may start its own prologue on freed SMs.
+  tile::allow_next_grid();
   // Cross-warp (K) reduction in shared memory, fixed warp order. red[wk][token][bn + 1].
   __syncthreads();  // everyone is done with sa
   float* red = reinterpret_cast<float*>(smem);
@@ -513,8 +521,7 @@ cudaError_t launch_t(const Params& p, dim3 grid, size_t smem, cudaStream_t strea
       done[dev] = true;
     }
   }
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(kernel, grid, dim3(kThreads), smem, stream, p);
 }
 
 template <class T, bool KN>

@@ -7,6 +7,8 @@
 
 #include "ops/llm_engine/argmax_rows.hpp"
 #include "runtime/check.hpp"
+#include "runtime/launch.cuh"
+#include "tile/tile.cuh"
 
 namespace tessel::llm_engine {
 namespace {
@@ -25,6 +27,8 @@ __device__ __forceinline__ void keep_best(float& best, int& idx, float v, int i)
 // One block per row; 16-byte loads when the row start is 16-byte aligned.
 __global__ void __launch_bounds__(kThreads)
     argmax_rows_kernel(const __nv_bfloat16* x, int64_t cols, int64_t ld, int32_t* out) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const __nv_bfloat16* row = x + blockIdx.x * ld;
   float best = -INFINITY;
   int idx = INT_MAX;
@@ -66,9 +70,9 @@ __global__ void __launch_bounds__(kThreads)
 void argmax_rows_bf16(const void* x, int64_t rows, int64_t cols, int64_t ld, int32_t* out,
                       cudaStream_t stream) {
   if (rows <= 0) return;
-  argmax_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(x), cols, ld, out);
-  TESSEL_CUDA_CHECK(cudaGetLastError());
+  TESSEL_CUDA_CHECK(detail::launch_dependent(argmax_rows_kernel, dim3(static_cast<unsigned>(rows)),
+                                             dim3(kThreads), 0, stream,
+                                             static_cast<const __nv_bfloat16*>(x), cols, ld, out));
 }
 
 }  // namespace tessel::llm_engine

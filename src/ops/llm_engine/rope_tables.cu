@@ -5,6 +5,8 @@
 
 #include "ops/llm_engine/rope_tables.hpp"
 #include "runtime/check.hpp"
+#include "runtime/launch.cuh"
+#include "tile/tile.cuh"
 
 namespace tessel::llm_engine {
 namespace {
@@ -12,6 +14,8 @@ namespace {
 __global__ void rope_tables_kernel(__nv_bfloat16* x, int64_t rows, int64_t ld, int n_heads,
                                    int head_dim, int half, bool neox, const float* cos,
                                    const float* sin) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t total = rows * n_heads * half;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -38,10 +42,10 @@ void rope_tables_bf16(void* x, int64_t rows, int64_t ld, int64_t n_heads, int64_
   if (total == 0) return;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535);
-  rope_tables_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+  TESSEL_CUDA_CHECK(detail::launch_dependent(
+      rope_tables_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
       static_cast<__nv_bfloat16*>(x), rows, ld, static_cast<int>(n_heads),
-      static_cast<int>(head_dim), static_cast<int>(half), neox, cos, sin);
-  TESSEL_CUDA_CHECK(cudaGetLastError());
+      static_cast<int>(head_dim), static_cast<int>(half), neox, cos, sin));
 }
 
 }  // namespace tessel::llm_engine

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ops/norm/norm_kernels.cuh"
+#include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 
 namespace tessel::norm {
@@ -83,7 +84,9 @@ bool launch_fwd_frags(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
   return detail::dispatch_row_frags<kVec16<T>>(a.cols, true, [&](auto rc) {
     using RC = decltype(rc);
     if constexpr (PFrag<T, RC::VEC>::kPacked)
-      norm_fwd_frags_kernel<T, RC, M><<<detail::row_grid<RC>(a.rows), RC::BLOCK, 0, stream>>>(a);
+      TESSEL_CUDA_CHECK(detail::launch_dependent(norm_fwd_frags_kernel<T, RC, M>,
+                                                 dim3(detail::row_grid<RC>(a.rows)),
+                                                 dim3(RC::BLOCK), 0, stream, a));
   });
 }
 

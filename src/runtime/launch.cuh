@@ -1,0 +1,30 @@
+// Kernel launch with the optional programmatic-dependent-launch attribute (see
+// include/tessel/launch.hpp). Only kernels that execute tile::wait_prior_grid() before reading
+// anything a preceding kernel may write are launched through here.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "tessel/launch.hpp"
+
+namespace tessel::detail {
+
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent_launch() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace tessel::detail
