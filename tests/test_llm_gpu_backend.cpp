@@ -311,6 +311,14 @@ TEST_F(LlmGpuBackend, CudaGraphStepsEqualEagerSteps) {
 TEST_F(LlmGpuBackend, LlamaGptjRopeMatchesCpu) {
   prefill_then_decode(small("llama", RopeStyle::gptj), 12);
 }
+// Partial rotary (rope_dim 32 of head_dim 64): the fused rope + KV append copies the k
+// features past rope_dim into the cache unrotated.
+TEST_F(LlmGpuBackend, PartialRotaryMatchesCpu) {
+  ModelConfig c = small("llama");
+  c.rope_dim = 32;
+  ScopedEnv page("TESSEL_KV_PAGE_SIZE", "8");
+  prefill_then_decode(c, 17);
+}
 TEST_F(LlmGpuBackend, Qwen2BiasMatchesCpu) { prefill_then_decode(small("qwen2"), 13); }
 TEST_F(LlmGpuBackend, Gpt2MatchesCpu) { prefill_then_decode(small("gpt2"), 14); }
 

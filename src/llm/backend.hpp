@@ -107,6 +107,14 @@ class Backend {
   // Stores k, v rows (rows, kv_dim; may be column views) into the cache of `layer` at (slot, pos)
   // of each row.
   virtual void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) = 0;
+  // rope() of qk (the q heads then the k heads, k = qk's columns past n_heads·head_dim) followed
+  // by kv_store() of the rotated k and v; backends may fuse the two.
+  virtual void rope_kv_store(int64_t layer, Buf& qk, int64_t n_heads, int64_t n_kv_heads,
+                             int64_t head_dim, int64_t rope_dim, RopeStyle style, const float* cos,
+                             const float* sin, const Buf& k, const Buf& v, const RowLayout& rows) {
+    rope(qk, n_heads + n_kv_heads, head_dim, rope_dim, style, cos, sin);
+    kv_store(layer, k, v, rows);
+  }
   // Causal attention of q (rows, n_heads·head_dim) over the cached positions 0..pos[r] of slot[r].
   virtual void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads,
                          int64_t head_dim, const RowLayout& rows, Buf& out) = 0;

@@ -453,6 +453,54 @@ class GpuBackend final : public Backend {
     llm_engine::rope_tables_bf16(x.ptr, x.rows, x.pitch(), n_heads, head_dim, rope_dim,
                                  style == RopeStyle::neox, c, s, stream_);
   }
+  void rope_kv_store(int64_t layer, Buf& qk, int64_t n_heads, int64_t n_kv_heads,
+                     int64_t head_dim, int64_t rope_dim, RopeStyle style, const float* cos,
+                     const float* sin, const Buf& k, const Buf& v, const RowLayout& rows) override {
+    // One launch per call: rotation of q and k and the cache append (llm_engine::rope_append).
+    const bool fusable = style != RopeStyle::none && in_step_ && cos == step_.cos &&
+                         qk.rows == step_.rows && rope_dim / 2 == step_.rope_half &&
+                         rope_dim % 2 == 0 && rope_dim <= head_dim &&
+                         qk.cols == (n_heads + n_kv_heads) * head_dim &&
+                         n_kv_heads * head_dim == kv_dim_ && max_pool_pages_ > 0 &&
+                         k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim &&
+                         k.pitch() == qk.pitch() && k.cols == kv_dim_ && v.cols == kv_dim_ &&
+                         v.rows == k.rows && k.rows == rows.rows;
+    if (!fusable) return Backend::rope_kv_store(layer, qk, n_heads, n_kv_heads, head_dim,
+                                                rope_dim, style, cos, sin, k, v, rows);
+    ensure_layout(rows);
+    fresh_k_ = k;
+    fresh_v_ = v;
+    fresh_layer_ = layer;
+    const auto* c = static_cast<const float*>(input(in_.cos));
+    const auto* s = static_cast<const float*>(input(in_.sin));
+    const Tensor kc = cache_view(k_pool_, layer, kv_dim_), vc = cache_view(v_pool_, layer, kv_dim_);
+    for_each_call([&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens,
+                      const Tensor& table) {
+      llm_engine::RopeAppendArgs a{};
+      a.qk = static_cast<uint16_t*>(qk.ptr) + start * qk.pitch();
+      a.ld = qk.pitch();
+      a.v = static_cast<const uint16_t*>(v.ptr) + start * v.pitch();
+      a.v_ld = v.pitch();
+      a.rows = B * Sq;
+      a.hq = static_cast<int>(n_heads);
+      a.hkv = static_cast<int>(n_kv_heads);
+      a.head_dim = static_cast<int>(head_dim);
+      a.rope_dim = static_cast<int>(rope_dim);
+      a.neox = style == RopeStyle::neox;
+      a.cos = c + start * (rope_dim / 2);
+      a.sin = s + start * (rope_dim / 2);
+      a.k_cache = kc.data;
+      a.v_cache = vc.data;
+      a.page_size = static_cast<int>(page_size_);
+      a.num_pages = static_cast<int>(pool_pages_);
+      a.seqlens = static_cast<const int32_t*>(seqlens.data);
+      a.block_table = static_cast<const int32_t*>(table.data);
+      a.table_stride = table.strides[0];
+      a.max_pages = static_cast<int>(table.shape[1]);
+      a.sq = static_cast<int>(Sq);
+      llm_engine::rope_append_bf16(a, stream_);
+    });
+  }
   void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) override {
     if (max_pool_pages_ == 0) fail("kv_store", "'kv cache' expected kv_reserve() first, got none");
     if (k.cols != kv_dim_ || v.cols != kv_dim_ || v.rows != k.rows || k.rows != rows.rows)

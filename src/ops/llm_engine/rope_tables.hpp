@@ -16,4 +16,31 @@ void rope_tables_bf16(void* x, int64_t rows, int64_t ld, int64_t n_heads, int64_
                       int64_t rope_dim, bool neox, const float* cos, const float* sin,
                       cudaStream_t stream);
 
+// RoPE of a step's q and k heads fused with the KV-cache append (one launch instead of two).
+// qk: bf16 rows of hq q heads then hkv k heads (head_dim each), pitch ld, rotated in place as
+// rope_tables_bf16 does; the rotated k heads and v (hkv heads, pitch v_ld) are also written to the
+// paged caches k_cache / v_cache ((pages, page_size, hkv·head_dim) bf16): row r = b·sq + s of the
+// call goes to position seqlens[b] - sq + s through block_table[b·table_stride + pos / page_size]
+// (rows whose position or page is out of range are not stored, as tessel::append_kv does).
+struct RopeAppendArgs {
+  void* qk;
+  int64_t ld;
+  const void* v;
+  int64_t v_ld;
+  int64_t rows;  // B·sq
+  int hq, hkv, head_dim, rope_dim;
+  bool neox;
+  const float* cos;  // (rows, rope_dim / 2)
+  const float* sin;
+  void* k_cache;
+  void* v_cache;
+  int page_size, num_pages;
+  const int32_t* seqlens;      // (B)
+  const int32_t* block_table;  // (B, max_pages)
+  int64_t table_stride;
+  int max_pages;
+  int sq;
+};
+void rope_append_bf16(const RopeAppendArgs& a, cudaStream_t stream);
+
 }  // namespace tessel::llm_engine
