@@ -8,6 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -177,6 +179,20 @@ void suite_gemm_sweep(SuiteContext& ctx) {
         {4, 1, 0, SweepEpi::bias_gelu}}},
       {4096, 4096, 4096, BLayout::nk, {{-1, 0, 0}, {-1, 0, 0, SweepEpi::bias_residual}}},
   };
+  // TESSEL_GEMM_SWEEP_SHAPES="MxNxK,..." (B (N,K)) replaces the list above: every tile config
+  // with 1 and 2 K splits (e.g. a model's prefill shapes).
+  if (const char* env = std::getenv("TESSEL_GEMM_SWEEP_SHAPES")) {
+    shapes.clear();
+    std::string list = env;
+    for (size_t at = 0; at < list.size();) {
+      size_t end = list.find(',', at);
+      if (end == std::string::npos) end = list.size();
+      long long m = 0, n = 0, k = 0;
+      if (std::sscanf(list.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3)
+        shapes.push_back({m, n, k, BLayout::nk, splits_of({0, 1, 2, 3, 4}, {1, 2})});
+      at = end + 1;
+    }
+  }
   for (const Shape& sh : shapes) sweep_shape(ctx, h, sh);
 }
 
