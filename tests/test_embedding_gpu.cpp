@@ -81,7 +81,7 @@ std::string name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, EmbeddingGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Values(1, 7, 127, 4096, 4097),
+                                            ::testing::Values(1, 7, 12, 127, 4096, 4097),
                                             ::testing::Values(DType::i32, DType::i64)),
                          name);
 

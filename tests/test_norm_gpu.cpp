@@ -231,6 +231,67 @@ TEST_P(NormGpu, LayerNormBackward) {
   }
 }
 
+// Long rows (> 16384, 16-bit: the cluster kernel of norm_staged.cuh) with more rows than
+// resident clusters, so each cluster loops over rows through both ring stages and dw/db
+// accumulate over several rows; the same call twice gives the same bits.
+class NormLongRowsGpu : public test::GpuTest, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(NormLongRowsGpu, BackwardManyRowsPerCluster) {
+  const DType dt = GetParam();
+  const int64_t rows = 301, cols = 16392;  // 2 CTAs per row, 1025 vectors per slice
+  std::vector<double> xv = rng().uniform(rows * cols, -2.0, 3.0);
+  std::vector<double> gv = rng().uniform(rows * cols, -1.0, 1.0);
+  std::vector<double> wv = rng().uniform(cols, 0.5, 1.5);
+  std::vector<double> hv = rng().uniform(rows * cols, -1.0, 1.0);
+  DeviceTensor x = test::to_device(dt, {rows, cols}, xv);
+  DeviceTensor dy = test::to_device(dt, {rows, cols}, gv);
+  DeviceTensor w = test::to_device(dt, {cols}, wv);
+  DeviceTensor dh = test::to_device(dt, {rows, cols}, hv);
+  {
+    SCOPED_TRACE("rms_norm_backward with dh");
+    const ref::NormForward f = ref::rms_norm(xv, wv, rows, cols, kEps);
+    DeviceTensor rs = stats_to_device({rows}, f.rstd);
+    DeviceTensor dx = test::alloc(dt, {rows, cols}), dx2 = test::alloc(dt, {rows, cols});
+    DeviceTensor dw = test::alloc(dt, {cols}), dw2 = test::alloc(dt, {cols});
+    rms_norm_backward(dy.t, x.t, w.t, rs.t, &dh.t, dx.t, dw.t, stream());
+    rms_norm_backward(dy.t, x.t, w.t, rs.t, &dh.t, dx2.t, dw2.t, stream());
+    sync();
+    const ref::NormBackward b = ref::rms_norm_backward(gv, xv, wv, hv, rows, cols, kEps);
+    std::vector<double> sdx = dx_scale(gv, xv, wv, f, rows, cols, true);
+    for (size_t i = 0; i < sdx.size(); ++i) sdx[i] += std::fabs(hv[i]);
+    std::vector<double> sw, sb;
+    dw_scale(gv, xv, f, rows, cols, true, sw, sb);
+    EXPECT_TRUE(test::all_close(test::download_values(dx), b.dx, dt, sdx));
+    EXPECT_TRUE(test::all_close(test::download_values(dw), b.dw, dt, sw));
+    EXPECT_TRUE(test::bit_exact(test::download_bytes(dx2), test::download_bytes(dx), dtype_size(dt)));
+    EXPECT_TRUE(test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw), dtype_size(dt)));
+  }
+  {
+    SCOPED_TRACE("layer_norm_backward");
+    const ref::NormForward f = ref::layer_norm(xv, wv, {}, rows, cols, kEps);
+    DeviceTensor mu = stats_to_device({rows}, f.mean);
+    DeviceTensor rs = stats_to_device({rows}, f.rstd);
+    DeviceTensor dx = test::alloc(dt, {rows, cols});
+    DeviceTensor dw = test::alloc(dt, {cols}), db = test::alloc(dt, {cols});
+    DeviceTensor dw2 = test::alloc(dt, {cols}), db2 = test::alloc(dt, {cols});
+    layer_norm_backward(dy.t, x.t, w.t, mu.t, rs.t, dx.t, dw.t, &db.t, stream());
+    layer_norm_backward(dy.t, x.t, w.t, mu.t, rs.t, dx.t, dw2.t, &db2.t, stream());
+    sync();
+    const ref::NormBackward b = ref::layer_norm_backward(gv, xv, wv, rows, cols, kEps);
+    std::vector<double> sw, sb;
+    dw_scale(gv, xv, f, rows, cols, false, sw, sb);
+    EXPECT_TRUE(test::all_close(test::download_values(dx), b.dx, dt,
+                                dx_scale(gv, xv, wv, f, rows, cols, false)));
+    EXPECT_TRUE(test::all_close(test::download_values(dw), b.dw, dt, sw));
+    EXPECT_TRUE(test::all_close(test::download_values(db), b.db, dt, sb));
+    EXPECT_TRUE(test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw), dtype_size(dt)));
+    EXPECT_TRUE(test::bit_exact(test::download_bytes(db2), test::download_bytes(db), dtype_size(dt)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, NormLongRowsGpu, ::testing::ValuesIn(test::kFloatDTypes),
+                         test::dtype_param_name);
+
 std::string norm_name(const ::testing::TestParamInfo<NormParam>& info) {
   return std::string(dtype_name(std::get<0>(info.param))) + "_cols" +
          std::to_string(std::get<1>(info.param));
@@ -239,8 +300,9 @@ std::string norm_name(const ::testing::TestParamInfo<NormParam>& info) {
 INSTANTIATE_TEST_SUITE_P(All, NormGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
                                             ::testing::Values(1, 7, 127, 128, 1000, 1024, 4096, 4097,
-                                                              6144, 8192, 16384, 16385, 40000,
-                                                              131073, 262144)),
+                                                              6144, 8192, 16384, 16385, 16392,
+                                                              24584, 40000, 100000, 131073,
+                                                              262144)),
                          norm_name);
 
 // ---- layouts, aliasing, determinism -------------------------------------------------------
@@ -423,6 +485,17 @@ const GnCase kGnCases[] = {
     {{1, 4, 65536}, 1},         // one row of 262144: cluster of 16
     {{2, 64, 40, 40}, 32},      // row 3200
     {{1, 32, 96, 96}, 4},       // row 73728: cluster
+    // staged path (rows >= 2048, hw % VEC == 0): channels cut by slice boundaries, ragged last
+    // slice, a channel longer than a slice, and one with too many channels per slice for the
+    // staged backward (register path there)
+    {{3, 24, 1000}, 2},         // row 12000: 2-3 CTAs, channels split across slices
+    {{2, 10, 1712}, 1},         // row 17120: last slice shorter
+    {{1, 7, 48, 48}, 7},        // cpg 1: rows of 2304, odd n*G
+    {{3, 6, 4104}, 3},          // cpg 2, rows 8208, odd slices
+    {{2, 4096, 8}, 2},          // cpg 2048 of hw 8: staged forward, register backward
+    // more rows than resident clusters: the staged backward's clusters loop over rows
+    {{16, 128, 64, 64}, 16},    // 256 rows of 32768 (4-8 CTAs per row)
+    {{600, 4, 2048}, 2},        // 1200 rows of 4096 (one CTA per row)
 };
 
 TEST_P(GroupNormGpu, ForwardAndBackward) {

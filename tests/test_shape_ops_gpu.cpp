@@ -86,7 +86,9 @@ TEST_P(TransposeBatchedGpu, RaggedShapes) {
   const DType dt = GetParam();
   const size_t es = dtype_size(dt);
   for (auto [b, r, c] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 1, 1}, {3, 7, 127}, {2, 127, 4097}, {5, 64, 64}, {1, 4097, 7}, {7, 1, 300}}) {
+           {1, 1, 1}, {3, 7, 127}, {2, 127, 4097}, {5, 64, 64}, {1, 4097, 7}, {7, 1, 300},
+           // 16-byte rows (tile path): ragged against its 8V x 32V tiles
+           {3, 72, 264}, {2, 8, 8}, {1, 520, 24}, {9, 16, 1032}}) {
     SCOPED_TRACE(std::to_string(b) + "x" + std::to_string(r) + "x" + std::to_string(c));
     DeviceTensor src = test::alloc(dt, {b, r, c});
     DeviceTensor dst = test::alloc(dt, {b, c, r});

@@ -1,82 +1,16 @@
 // 2-D transpose, bit-exact.
-// Fast path (16-byte aligned rows): a block owns a (8V × 32V) source tile, V = 16/element
-// bytes. Each thread loads a V×V micro-tile as V 16-byte row vectors and transposes it in
-// registers; the V column vectors go to a shared-memory tile laid out as destination rows of
-// 128 bytes, 16-byte chunks XOR-swizzled so both the scattered writes and the row reads are
-// conflict-free; the block then writes whole 128-byte destination row segments.
+// Fast path (16-byte aligned rows): the swizzled micro-tile kernel of transpose_tile.cuh.
 // Anything else (misaligned rows, 1-byte types) goes through a 32×32 shared tile.
-#include <cute/swizzle.hpp>
-
-#include "ops/rows.cuh"
+#include "ops/copy/transpose_tile.cuh"
 #include "tessel/ops.hpp"
 
 namespace tessel {
 namespace {
 
 using namespace tessel::tile;
-
-constexpr int kWarps = 8;
-
-template <class U>
-struct MicroTile {
-  static constexpr int V = 16 / sizeof(U);
-  static constexpr int kRows = kWarps * V;  // source rows per tile (= 8 chunks of a dst row)
-  static constexpr int kCols = 32 * V;      // source cols per tile (= dst rows in smem)
-  static constexpr int kLogV = V == 2 ? 1 : V == 4 ? 2 : 3;
-  // Byte offset of 16-byte chunk `chunk` of smem dst row `row`: row r's chunks are XOR-ed
-  // with bits (r / V) % 8, which differ across the 8 lanes that write one chunk column.
-  using Swizzle = cute::Swizzle<3, 4, 3 + kLogV>;
-  __device__ __forceinline__ static int offset(int row, int chunk) {
-    return Swizzle{}(row * 128 + chunk * 16);
-  }
-};
-
-template <class U>
-__global__ void __launch_bounds__(kWarps * 32, 3)
-    transpose_tile_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
-                          int64_t cols, int64_t src_pitch, int64_t dst_pitch, int64_t col_tiles,
-                          int64_t tiles) {
-  using MT = MicroTile<U>;
-  constexpr int V = MT::V;
-  __shared__ alignas(128) uint8_t smem[MT::kCols * 128];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t tr = (t / col_tiles) * MT::kRows, tc = (t % col_tiles) * MT::kCols;
-    const int64_t r0 = tr + warp * V, c0 = tc + lane * V;
-    // 1. V×V micro-tile into registers (zeros outside the matrix).
-    Frag<U, V> in[V];
-    if (r0 + V <= rows && c0 + V <= cols) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) in[k] = load_frag<V>(src + (r0 + k) * src_pitch + c0);
-    } else {
-#pragma unroll
-      for (int k = 0; k < V; ++k)
-#pragma unroll
-        for (int j = 0; j < V; ++j)
-          in[k].v[j] = (r0 + k < rows && c0 + j < cols) ? src[(r0 + k) * src_pitch + c0 + j] : U{};
-    }
-    // 2. Transposed columns into the swizzled destination tile: row lane*V + j, chunk warp.
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      Frag<U, V> out;
-#pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
-      store_frag<V>(reinterpret_cast<U*>(smem + MT::offset(lane * V + j, warp)), out);
-    }
-    __syncthreads();
-    // 3. Whole destination rows: 8 chunks (128 bytes) per row, V rows per thread.
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int q = i * kWarps * 32 + threadIdx.x;
-      const int row = q / 8, chunk = q % 8;
-      const int64_t dr = tc + row, dc = tr + chunk * V;
-      if (dr >= cols || dc >= rows) continue;
-      const Frag<U, V> f = load_frag<V>(reinterpret_cast<const U*>(smem + MT::offset(row, chunk)));
-      store_frag_pred<V>(dst + dr * dst_pitch + dc, f, rows - dc);
-    }
-    __syncthreads();
-  }
-}
+constexpr int kWarps = detail::kTransposeWarps;
+using detail::MicroTile;
+using detail::transpose_tile_kernel;
 
 template <class U>
 __global__ void __launch_bounds__(256)

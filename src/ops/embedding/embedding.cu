@@ -358,14 +358,18 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
     if (check_ids && n > 0) check_ids_now(chk, ip, n, vocab, stream);
     detail::dispatch_float_dtype(dout.dtype, [&](auto tag) {
       using T = decltype(tag);
-      constexpr int V = kVec16<T>;
       const T* gp = static_cast<const T*>(dout.data);
       auto with_w = [&](auto wtag) {
         using W = decltype(wtag);
+        // Columns per thread: 16 bytes of the wider of dout and dweight. A thread storing two
+        // 16-byte vectors (16-bit dout, f32 dweight) left every warp store half a 32-byte
+        // sector per lane: 0.61 of copy bandwidth at (128256, 4096) f32, deterministic.
+        constexpr int V = 16 / static_cast<int>(sizeof(W) > sizeof(T) ? sizeof(W) : sizeof(T));
         W* wp = static_cast<W*>(dweight.data);
         const size_t wes = sizeof(W);
-        const bool vec_ok = dim % V == 0 && detail::aligned(gp, 16) && gr.pitch % V == 0 &&
-                            detail::aligned(wp, V * wes) && wr.pitch % V == 0;
+        const bool vec_ok = dim % V == 0 && detail::aligned(gp, V * sizeof(T)) &&
+                            gr.pitch % V == 0 && detail::aligned(wp, V * wes) &&
+                            wr.pitch % V == 0;
         const int vec = vec_ok ? V : 1;
         if (mode == EmbeddingGradMode::atomic || n == 0) {
           TESSEL_CUDA_CHECK(cudaMemset2DAsync(wp, wr.pitch * wes, 0, dim * wes, vocab, stream));

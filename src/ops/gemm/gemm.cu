@@ -38,10 +38,10 @@ using tile::sm90::Major;
 using tile::sm90::OutType;
 
 using gemm_detail::kBig;
+using gemm_detail::kFlat;
 using gemm_detail::kMid;
 using gemm_detail::kSmall;
 using gemm_detail::kSmallN2;
-using gemm_detail::kFlat;
 
 // Tuning hooks (gemm_detail::set_tuning): forced tile config / splits / raster group.
 int g_force_cfg = -1, g_force_splits = 0, g_force_group = 0;
@@ -70,6 +70,37 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
   const int64_t t128 = tm * cdiv(N, 128) * L, t64 = tm * cdiv(N, 64) * L;
   // 128x256 tiles waste MMA on the columns past N (attention's N = head_dim = 128).
   const bool wide_ok = N % 256 == 0 || N >= 1024 || t128 < sms;
+  // M > 384, B (N,K) (prefill-sized GEMMs): the tile shape with the best modelled rate = its
+  // full-wave rate x its wave efficiency (tiles / (waves x slots)). Rates from the M = 512
+  // sweep on the H100 (bench gemm_sweep, docs/gemm.md): 128x256 in 2x1 clusters 800, 128x128
+  // 740, 64x128 580, 128x64 560 TFLOP/s. The model picked the sweep's fastest config on all 8
+  // Llama-3 8B / 3.2 1B shapes, where the rules below lost up to 35% (512x4096x14336: 471 vs 725).
+  // Only where some shape fills ~a wave: fewer tiles are split-K territory (below).
+  if (!kn && tm >= 4 && split_k < 1 &&
+      10 * std::max(t64, cdiv(M, 64) * cdiv(N, 128) * L) >= 9 * sms) {
+    struct Candidate {
+      int cfg;
+      double rate;
+      int64_t tiles, slots;
+      bool ok;
+    };
+    const Candidate cands[] = {
+        {kBig, 800, cluster_tiles, std::max(1, sms / 2), tm >= 2 && wide_ok},
+        {kMid, 740, t128, sms, true},
+        {kFlat, 580, cdiv(M, 64) * cdiv(N, 128) * L, sms, true},
+        {kSmall, 560, t64, sms, true},
+    };
+    double best = -1;
+    for (const Candidate& c : cands) {
+      if (!c.ok) continue;
+      const int64_t waves = cdiv(c.tiles, c.slots);
+      const double rate =
+          c.rate * static_cast<double>(c.tiles) / static_cast<double>(waves * c.slots);
+      if (rate > best) best = rate, pl.cfg = c.cfg;
+    }
+    pl.splits = 1;
+    return pl;
+  }
   if (tm >= 2 && cluster_tiles >= sms / 2 && wide_ok) {
     pl.cfg = kBig;
   } else if (t128 >= sms) {
@@ -84,7 +115,8 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
     } else if (tm <= 4) {
       pl.cfg = kSmallN2, tiles = 2 * tm * cdiv(N, 128) * L;
     }
-    pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({16, sms / tiles, kt / 16})));
+    pl.splits =
+        static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({16, sms / tiles, kt / 16})));
   }
   if (split_k >= 1 && pl.cfg != kBig) pl.splits = split_k;
   if (pl.cfg == kBig) pl.splits = 1;
@@ -102,7 +134,9 @@ __global__ void k0_kernel(TD* d, int64_t ldd, int64_t bsd, const TD* c, int64_t 
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t l = i / per, r = (i % per) / n, col = i % n;
     float v = 0.f;
-    if (bias) v = bias_f32 ? static_cast<const float*>(bias)[col] : tile::to_f32(static_cast<const TD*>(bias)[col]);
+    if (bias)
+      v = bias_f32 ? static_cast<const float*>(bias)[col]
+                   : tile::to_f32(static_cast<const TD*>(bias)[col]);
     v = tile::sm90::activate(v, act);
     if (c) v += beta * tile::to_f32(c[l * bsc + r * ldc + col]);
     d[l * bsd + r * ldd + col] = tile::from_f32<TD>(v);
@@ -132,11 +166,14 @@ View view_of(const detail::OpCheck& chk, const char* arg, const Tensor& t) {
   if (v.bstride % 8 != 0 || v.bstride < 0)
     chk.fail(arg, "batch stride a non-negative multiple of 8 elements",
              "batch stride " + std::to_string(v.bstride));
-  if (!detail::aligned(t.data, 16)) chk.fail(arg, "data pointer aligned to 16 bytes", "misaligned pointer");
+  if (!detail::aligned(t.data, 16))
+    chk.fail(arg, "data pointer aligned to 16 bytes", "misaligned pointer");
   return v;
 }
 
-std::string dim_name(const char* what, int64_t v) { return std::string(what) + " = " + std::to_string(v); }
+std::string dim_name(const char* what, int64_t v) {
+  return std::string(what) + " = " + std::to_string(v);
+}
 
 Act to_act(GemmActivation a) { return static_cast<Act>(static_cast<int>(a)); }
 
@@ -163,7 +200,8 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   if (static_cast<int>(opt.activation) < 0 || static_cast<int>(opt.activation) > 4)
     chk.fail("activation", "none/relu/gelu_tanh/gelu/silu (0..4)",
              std::to_string(static_cast<int>(opt.activation)));
-  if (opt.split_k < 0) chk.fail("split_k", "0 (automatic) or a positive slice count", std::to_string(opt.split_k));
+  if (opt.split_k < 0)
+    chk.fail("split_k", "0 (automatic) or a positive slice count", std::to_string(opt.split_k));
   // rank / shape
   chk.rank_in("a", a, 2, batched ? 3 : 2);
   chk.rank_in("b", b, 2, batched ? 3 : 2);
@@ -178,12 +216,15 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   if (batched && b.ndim == 3 && b.shape[0] != L)
     chk.fail("b", "batch " + std::to_string(L) + " (d's) or a 2-D matrix", b.shape_string());
   if (Kb != K)
-    chk.fail("b", std::string(kn ? "(K, N) with K = " : "(N, K) with K = ") + std::to_string(K) +
-                      " (a's columns)",
+    chk.fail("b",
+             std::string(kn ? "(K, N) with K = " : "(N, K) with K = ") + std::to_string(K) +
+                 " (a's columns)",
              b.shape_string());
   if (d.shape[d.ndim - 2] != M || d.shape[d.ndim - 1] != N)
-    chk.fail("d", batched ? "(batch, M, N) with (M, N) = (" + std::to_string(M) + ", " + std::to_string(N) + ")"
-                          : "(M, N) = (" + std::to_string(M) + ", " + std::to_string(N) + ")",
+    chk.fail("d",
+             batched ? "(batch, M, N) with (M, N) = (" + std::to_string(M) + ", " +
+                           std::to_string(N) + ")"
+                     : "(M, N) = (" + std::to_string(M) + ", " + std::to_string(N) + ")",
              d.shape_string());
   if (c) chk.same_shape("c", *c, "d", d);
   if (opt.bias && !(opt.bias->ndim == 1 && opt.bias->shape[0] == N))
@@ -192,8 +233,9 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   if (K % 8 != 0) chk.fail("a", "K a multiple of 8", dim_name("K", K));
   constexpr int64_t kMaxDim = int64_t{1} << 31;
   if (M >= kMaxDim || N >= kMaxDim || K >= kMaxDim || L >= kMaxDim)
-    chk.fail("a", "M, N, K, batch < 2^31", "(" + std::to_string(M) + ", " + std::to_string(N) + ", " +
-                                            std::to_string(K) + ", " + std::to_string(L) + ")");
+    chk.fail("a", "M, N, K, batch < 2^31",
+             "(" + std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) + ", " +
+                 std::to_string(L) + ")");
   // strides / alignment
   const View av = view_of(chk, "a", a), bv = view_of(chk, "b", b), dv = view_of(chk, "d", d);
   const View cv = c ? view_of(chk, "c", *c) : View{};
@@ -230,16 +272,21 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
     const int m = static_cast<int>(M), n = static_cast<int>(N), l = static_cast<int>(L);
     switch (d.dtype) {
       case DType::f32:
-        k0_kernel<float><<<grid, 256, 0, stream>>>(static_cast<float*>(d.data), ldd, bsd,
-            c ? static_cast<const float*>(c->data) : nullptr, ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
+        k0_kernel<float><<<grid, 256, 0, stream>>>(
+            static_cast<float*>(d.data), ldd, bsd, c ? static_cast<const float*>(c->data) : nullptr,
+            ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
         break;
       case DType::f16:
-        k0_kernel<__half><<<grid, 256, 0, stream>>>(static_cast<__half*>(d.data), ldd, bsd,
-            c ? static_cast<const __half*>(c->data) : nullptr, ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
+        k0_kernel<__half>
+            <<<grid, 256, 0, stream>>>(static_cast<__half*>(d.data), ldd, bsd,
+                                       c ? static_cast<const __half*>(c->data) : nullptr, ldc, bsc,
+                                       bias, bias_f32, act, m, n, l, opt.beta);
         break;
       default:
-        k0_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(d.data), ldd, bsd,
-            c ? static_cast<const __nv_bfloat16*>(c->data) : nullptr, ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
+        k0_kernel<__nv_bfloat16>
+            <<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(d.data), ldd, bsd,
+                                       c ? static_cast<const __nv_bfloat16*>(c->data) : nullptr,
+                                       ldc, bsc, bias, bias_f32, act, m, n, l, opt.beta);
         break;
     }
     TESSEL_CUDA_CHECK(cudaGetLastError());
@@ -249,7 +296,8 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   const int sms = detail::current_sm_count();
   Plan pl = plan_for(M, N, K, L, kn, opt.split_k, sms);
   if (g_force_cfg >= 0) pl.cfg = g_force_cfg;
-  if (g_force_splits > 0) pl.splits = static_cast<int>(std::min<int64_t>(g_force_splits, cdiv(K, 64)));
+  if (g_force_splits > 0)
+    pl.splits = static_cast<int>(std::min<int64_t>(g_force_splits, cdiv(K, 64)));
   if (g_force_group > 0) pl.group = g_force_group;
 
   GemmParams p;
@@ -267,16 +315,19 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   p.epi.bias = opt.bias ? opt.bias->data : nullptr;
   p.epi.bias_f32 = opt.bias && opt.bias->dtype == DType::f32;
   p.epi.act = to_act(opt.activation);
-  p.epi.out = d.dtype == DType::f32 ? OutType::f32 : d.dtype == DType::f16 ? OutType::f16 : OutType::bf16;
+  p.epi.out = d.dtype == DType::f32   ? OutType::f32
+              : d.dtype == DType::f16 ? OutType::f16
+                                      : OutType::bf16;
 
   CUtensorMap tma_d;
   const CUtensorMapDataType dt = d.dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                  : d.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult cr = tile::sm90::make_tma_store_desc(&tma_d, d.data, dt, static_cast<int>(dtype_size(d.dtype)),
-                                                      M, N, ldd, L, bsd);
+  const CUresult cr = tile::sm90::make_tma_store_desc(
+      &tma_d, d.data, dt, static_cast<int>(dtype_size(d.dtype)), M, N, ldd, L, bsd);
   if (cr != CUDA_SUCCESS)
-    throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op + ": cuTensorMapEncodeTiled failed (CUresult " +
+    throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op +
+                                       ": cuTensorMapEncodeTiled failed (CUresult " +
                                        std::to_string(static_cast<int>(cr)) + ")");
 
   GemmOperands ops;
@@ -286,8 +337,10 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   ops.b = b.data;
   ops.ldb = bv.pitch;
   ops.batch_b = b.ndim == 3 ? bv.bstride : 0;
-  if (a.dtype == DType::bf16) gemm_detail::run_bf16(pl.cfg, kn, ops, tma_d, p, sms, stream);
-  else gemm_detail::run_f16(pl.cfg, kn, ops, tma_d, p, sms, stream);
+  if (a.dtype == DType::bf16)
+    gemm_detail::run_bf16(pl.cfg, kn, ops, tma_d, p, sms, stream);
+  else
+    gemm_detail::run_f16(pl.cfg, kn, ops, tma_d, p, sms, stream);
 }
 
 }  // namespace
@@ -341,7 +394,8 @@ const char* gemm_activation_name(GemmActivation act) {
   return "unknown";
 }
 
-void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream, const GemmOptions& opt) {
+void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream,
+          const GemmOptions& opt) {
   gemm_impl("gemm", false, a, b, d, stream, opt);
 }
 

@@ -2,9 +2,13 @@
 // Each (n, g) is one "row" of cpg * HW contiguous elements (norm_kernels.cuh), so the forward
 // and dx read the input once. dw/db need per-channel sums over (n, hw): a second kernel
 // re-reads x and dy per (n, c) (sums in a fixed order), then the slots are summed over n.
+// Rows of >= 2048 elements with hw % VEC == 0 (16-byte aligned) take the shared-memory staged
+// kernels of norm_staged.cuh instead: a cluster per row, x (and dy) read once, the backward's
+// per-channel sums formed from the staged slices.
 //   forward : y = (x - mean) * rstd * w[c] [+ b[c]]
 //   backward: dx = rstd * (g - mean(g) - xhat * mean(g*xhat)), g = dy * w[c]
 #include "ops/norm/norm_launch.cuh"
+#include "ops/norm/norm_staged.cuh"
 #include "tessel/norm.hpp"
 
 namespace tessel {
@@ -100,6 +104,7 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor* 
   detail::dispatch_float_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const bool vec = s.hw % tile::kVec16<T> == 0 && detail::aligned(x.data, 16) && detail::aligned(y.data, 16);
+    if (norm::launch_fwd_staged<T, Mode::gn>(a, vec, stream)) return;
     norm::with_cfg<T>(a.cols, vec, [&](auto cfg) {
       norm::launch_fwd<T, decltype(cfg), Mode::gn>(a, stream);
     });
@@ -158,21 +163,23 @@ void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, cons
     using T = decltype(tag);
     const bool vec = s.hw % tile::kVec16<T> == 0 && detail::aligned(x.data, 16) &&
                      detail::aligned(dy.data, 16) && detail::aligned(dx.data, 16);
-    norm::with_cfg<T>(a.cols, vec, [&](auto cfg) {
-      norm::launch_bwd<T, decltype(cfg), Mode::gn>(a, nullptr, nullptr, stream);
-    });
     // dw/db: per-(n, c) sums, then summed over n in order.
     const size_t ws_bytes = 2 * static_cast<size_t>(nc) * sizeof(float);
     float* ws = static_cast<float*>(detail::stream_workspace(stream, ws_bytes));
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(nc, int64_t{1} << 20));
-    if (vec)
-      gn_channel_sums_kernel<T, tile::kVec16<T>><<<grid, 256, 0, stream>>>(
-          static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
-          s.hw, a.cpg, ws);
-    else
-      gn_channel_sums_kernel<T, 1><<<grid, 256, 0, stream>>>(
-          static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
-          s.hw, a.cpg, ws);
+    if (!norm::launch_gn_bwd_staged<T>(a, vec, ws, nc, stream)) {  // else: dx and ws in one pass
+      norm::with_cfg<T>(a.cols, vec, [&](auto cfg) {
+        norm::launch_bwd<T, decltype(cfg), Mode::gn>(a, nullptr, nullptr, stream);
+      });
+      if (vec)
+        gn_channel_sums_kernel<T, tile::kVec16<T>><<<grid, 256, 0, stream>>>(
+            static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
+            s.hw, a.cpg, ws);
+      else
+        gn_channel_sums_kernel<T, 1><<<grid, 256, 0, stream>>>(
+            static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
+            s.hw, a.cpg, ws);
+    }
     norm::launch_sum_slots<T>(ws, s.n, s.c, dw.data, db ? db->data : nullptr, stream);
     TESSEL_CUDA_CHECK(cudaMemsetAsync(ws, 0, ws_bytes, stream));
   });

@@ -107,6 +107,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, con
     const bool vec = detail::rows_vectorizable<T>(
         xr.cols, {{x.data, xr.pitch}, {dy.data, gr.pitch}, {dx.data, dr.pitch}, {w.data, 0}});
     if (norm::launch_bwd_staged<T, Mode::ln>(a, vec, dw.data, db ? db->data : nullptr, stream)) return;
+    if (norm::launch_bwd_long<T, Mode::ln>(a, vec, dw.data, db ? db->data : nullptr, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_bwd<T, decltype(cfg), Mode::ln>(a, dw.data, db ? db->data : nullptr, stream);
     });

@@ -150,6 +150,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
         xr.cols, {{x.data, xr.pitch}, {dy.data, gr.pitch}, {dx.data, dr.pitch}, {w.data, 0}});
     if (dh) vec = vec && detail::rows_vectorizable<T>(xr.cols, {{dh->data, hr.pitch}});
     if (norm::launch_bwd_staged<T, Mode::rms>(a, vec, dw.data, nullptr, stream)) return;
+    if (norm::launch_bwd_long<T, Mode::rms>(a, vec, dw.data, nullptr, stream)) return;
     norm::with_cfg<T>(xr.cols, vec, [&](auto cfg) {
       norm::launch_bwd<T, decltype(cfg), Mode::rms>(a, dw.data, nullptr, stream);
     });
