@@ -2,7 +2,7 @@
 // bf16 out unless the case says otherwise.
 //
 //   gemm              square 8192^3 (both B layouts, and f16), 4096^3; Llama-3-8B linears:
-//                     M in {128, 4096, 16384} x (N, K) in {(6144,4096) qkv, (4096,4096) o,
+//                     M in {128, 512, 4096, 16384} x (N, K) in {(6144,4096) qkv, (4096,4096) o,
 //                     (28672,4096) gate+up, (4096,14336) down, (128256,4096) lm_head}, B in
 //                     the nn.Linear (N, K) layout — vs cublasGemmEx (fp32 compute, default algo)
 //   gemm_bias_gelu    bias (N,) + GELU(tanh)      vs cublasLtMatmul CUBLASLT_EPILOGUE_GELU_BIAS
@@ -228,7 +228,7 @@ void suite_gemm(SuiteContext& ctx) {
   };
   const int64_t llama_nk[][2] = {
       {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  for (int64_t m : {128, 4096, 16384})
+  for (int64_t m : {128, 512, 4096, 16384})  // 512: a prompt's prefill
     for (const auto& nk : llama_nk)
       cases.push_back({"gemm", m, nk[0], nk[1], BLayout::nk, DType::bf16, "llama3-8b", "ratio>=0.90"});
   // fused epilogues (GPT-style MLP up with bias + GELU, projections with bias + residual)
