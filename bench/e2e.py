@@ -170,7 +170,7 @@ def record(prefix, op, batch, prompt, new, params, ours, base, peak_fraction, de
             "target": "", "target_met": False}
 
 
-def run_model(tf, args, name, copy_gbps):
+def run_model(tf, args, name, copy_gbps, done=()):
     prefix = MODELS[name][0]
     cfg = llama_config(tf, name, args.layers)
     folder = f"{args.dir}_{name}" + (f"_{args.layers}l" if args.layers else "")
@@ -234,9 +234,9 @@ def run_model(tf, args, name, copy_gbps):
         records.append(record(prefix, "e2e_decode", b, args.prompt, args.new_tokens, params,
                               decode_tps, hf_decode, bw / copy_gbps, detail))
         if args.partial_json:  # what is done so far survives a timeout
-            with open(args.json + ".partial", "w") as f:
-                json.dump(records, f, indent=1)
-        if b == 1:
+            with open(args.json + ".partial", "w") as f:  # earlier models' records too
+                json.dump(list(done) + records, f, indent=1)
+        if b == 1:  # (the prefill record is in the next partial write)
             records.append(record(prefix, "e2e_prefill", 1, args.prompt, 0, params, prefill_tps,
                                   args.prompt / hf[1][0], 0.0, "prefill of one prompt"))
     return records
@@ -269,7 +269,7 @@ def main():
     copy_gbps = copy_bandwidth()
     records = []
     for name in args.models.split(","):
-        records += run_model(tf, args, name, copy_gbps)
+        records += run_model(tf, args, name, copy_gbps, records)
     doc = {"gpu": torch.cuda.get_device_name(0), "commit": os.environ.get("TESSEL_COMMIT", "unknown"),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "suite": "e2e", "peaks": {"copy_GBps": copy_gbps}, "records": records}
