@@ -1,5 +1,7 @@
 // Bench suite "attention_bwd": the attention backward (op attention_bwd), bf16, B=4, H=32,
-// S=4096, head dims 128 and 64, causal and not, plus a GQA case.
+// S=4096, head dims 128 and 64, causal and not, plus a GQA case. The default mode runs the
+// WGMMA dk/dv kernel; check_detail also gives the default mode forced onto the mma.sync
+// kernels (TESSEL_ATTENTION_BWD_PATH=mma).
 //
 // TFLOP/s counts 2.5 x the forward's 4 * B * Hq * Sq * Skv * D flops (the FlashAttention
 // convention: five matmuls of the forward's two's size), halved for causal.
@@ -14,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -87,6 +90,15 @@ void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, i
     rec.ours = flops / (rec.ours_ms * 1e-3) / 1e12;
     rec.baseline_ms = ctx.timer().measure(det, ctx.measure_options());
     rec.baseline_value = flops / (rec.baseline_ms * 1e-3) / 1e12;
+    // The default mode on the mma.sync kernels (what the WGMMA kernel replaced), for the
+    // record: TESSEL_ATTENTION_BWD_PATH=mma.
+    setenv("TESSEL_ATTENTION_BWD_PATH", "mma", 1);
+    const double mma_ms = ctx.timer().measure(ours, ctx.measure_options());
+    unsetenv("TESSEL_ATTENTION_BWD_PATH");
+    char note[96];
+    std::snprintf(note, sizeof note, "; default mode on mma.sync: %.1f TFLOP/s (%.3f ms)",
+                  flops / (mma_ms * 1e-3) / 1e12, mma_ms);
+    rec.check_detail += note;
   } catch (const std::exception& e) {
     rec.check = "ERROR";
     rec.check_detail = e.what();
@@ -105,9 +117,10 @@ void run_attention_bwd_suite(SuiteContext& ctx) {
 
 }  // namespace
 
-TESSEL_BENCH_SUITE("attention_bwd",
-                   "attention backward (FlashAttention-2 style, mma.sync), bf16, B4 H32 S4096 "
-                   "D128/64, causal and not, vs tessel's deterministic mode",
-                   run_attention_bwd_suite);
+TESSEL_BENCH_SUITE(
+    "attention_bwd",
+    "attention backward (WGMMA dk/dv kernel; mma.sync in check_detail), bf16, B4 H32 S4096 "
+    "D128/64, causal and not, vs tessel's deterministic mode",
+    run_attention_bwd_suite);
 
 }  // namespace tessel::bench

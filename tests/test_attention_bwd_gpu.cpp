@@ -6,12 +6,15 @@
 // 16-byte copy path and the scalar one). The forward (GPU) produces out and lse, which the
 // reference receives as the backward does (so delta and P are defined the same way).
 // Every case runs in both modes (dq atomics, and deterministic), outputs poisoned before each;
-// the deterministic mode runs twice and must match bit for bit. Long cases compare a sample of
-// dq rows and dk/dv rows (first/last, around every block edge, random) with the reference.
+// the atomic mode on the default path (the WGMMA kernel where it applies) and on the mma.sync
+// kernels (TESSEL_ATTENTION_BWD_PATH=mma); the deterministic mode runs twice and must match
+// bit for bit. Long cases compare a sample of dq rows and dk/dv rows (first/last, around
+// every block edge, random) with the reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <string>
@@ -175,9 +178,17 @@ class AttentionBwdGpu : public test::GpuTest {
       return std::pair{g, r};
     };
     std::vector<uint8_t> first_q, first_k, first_v;
-    for (int mode = 0; mode < 3; ++mode) {  // atomics, deterministic, deterministic again
-      SCOPED_TRACE(mode == 0 ? "atomic dq" : "deterministic");
-      p.deterministic = mode > 0;
+    // Atomic dq on the default path (WGMMA where supported), atomic dq forced onto the
+    // mma.sync kernels, deterministic, deterministic again.
+    for (int mode = 0; mode < 4; ++mode) {
+      SCOPED_TRACE(mode == 0   ? "atomic dq, default path"
+                   : mode == 1 ? "atomic dq, mma.sync path"
+                               : "deterministic");
+      p.deterministic = mode > 1;
+      if (mode == 1)
+        setenv("TESSEL_ATTENTION_BWD_PATH", "mma", 1);
+      else
+        unsetenv("TESSEL_ATTENTION_BWD_PATH");
       p.d_sinks = c.sinks ? &d_sinks.t : nullptr;
       test::poison(dq);
       test::poison(dk);
@@ -185,13 +196,14 @@ class AttentionBwdGpu : public test::GpuTest {
       if (c.sinks) test::poison(d_sinks);
       attention_backward(q.t, k.t, v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, p, stream());
       sync();
-      if (mode == 2) {
+      unsetenv("TESSEL_ATTENTION_BWD_PATH");
+      if (mode == 3) {
         EXPECT_TRUE(test::download_bytes(dq) == first_q) << "dq differs between two runs";
         EXPECT_TRUE(test::download_bytes(dk) == first_k) << "dk differs between two runs";
         EXPECT_TRUE(test::download_bytes(dv) == first_v) << "dv differs between two runs";
         continue;
       }
-      if (mode == 1) {
+      if (mode == 2) {
         first_q = test::download_bytes(dq);
         first_k = test::download_bytes(dk);
         first_v = test::download_bytes(dv);
@@ -304,6 +316,24 @@ TEST_F(AttentionBwdGpu, Pitched) {
 TEST_F(AttentionBwdGpu, EmptySides) {
   run(make(DType::bf16, 2, 33, 0, 2, 1, 64, false));  // no keys: dq = 0
   run(make(DType::bf16, 2, 0, 33, 2, 1, 64, false));  // no queries: dk = dv = 0
+}
+
+// The WGMMA kernel's block edges: 128 keys per CTA, 64 (D = 128) or 128 (D = 64) query rows
+// per step; GQA groups walked by one CTA; causal with Sq != Skv both ways.
+TEST_F(AttentionBwdGpu, WgmmaTileEdges) {
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int d : {64, 128})
+      for (bool causal : {false, true})
+        for (auto [sq, skv] :
+             {std::pair{127, 128}, {128, 129}, {129, 127}, {1, 129}, {129, 1}, {64, 65}})
+          run(make(dt, 2, sq, skv, 4, 1, d, causal));
+  for (auto [hq, hkv] : {std::pair{2, 2}, {8, 2}, {8, 1}})
+    for (bool causal : {false, true}) {
+      run(make(DType::bf16, 1, 1000, 300, hq, hkv, 128, causal));
+      run(make(DType::f16, 1, 300, 1000, hq, hkv, 64, causal));
+    }
+  run(make(DType::bf16, 1, 4097, 1000, 4, 1, 128, true));
+  run(make(DType::bf16, 2, 1000, 4097, 2, 1, 64, true));
 }
 
 TEST_F(AttentionBwdGpu, Long) {

@@ -1,7 +1,9 @@
 // tessel::attention_backward: validation, the workspaces, and the small kernels around the
 // tensor-core ones (attention_bwd_kernel.cuh):
 //   1. delta_i = rowsum(dout_i * out_i)        (f32, laid out like lse)
-//   2. dk/dv kernel (+ dq atomics into an f32 workspace; deterministic: a dq kernel instead)
+//   2. dk/dv kernel (+ dq atomics into an f32 workspace; deterministic: a dq kernel instead):
+//      the TMA + WGMMA kernel (attention_bwd_wgmma_kernel.cuh) where bwd_wgmma_supported(),
+//      else the mma.sync kernels (attention_bwd_kernel.cuh)
 //   3. dq workspace -> dq in the input dtype   (not in deterministic mode)
 //   4. d_sinks (optional): one CTA per head, a fixed-order reduction
 //   flops (reported by the bench): 2.5 x the forward's 4 * B * Hq * Sq * Skv * D, halved for
@@ -10,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "ops/attention/attention_bwd.cuh"
@@ -113,7 +117,38 @@ bool vec_ok(const Tensor& t, int o) {
   return true;
 }
 
+bool tma_stride_ok(int64_t size, int64_t s) {
+  return size <= 1 || (s % 8 == 0 && s > 0 && s < (int64_t{1} << 38));
+}
+
+// TESSEL_ATTENTION_BWD_PATH=mma forces the mma.sync kernels (tests run both paths).
+bool force_mma() {
+  const char* e = std::getenv("TESSEL_ATTENTION_BWD_PATH");
+  return e != nullptr && std::strcmp(e, "mma") == 0;
+}
+
 }  // namespace
+
+namespace attention_detail {
+
+bool bwd_wgmma_supported(const BwdArgs& a) {
+  if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128)) return false;
+  if (a.sq < 1 || a.skv < 1 || a.batches > 65535 || a.hkv > 65535) return false;
+  for (const void* p : {a.q, a.k, a.v, a.dout})
+    if (!detail::aligned(p, 16)) return false;
+  // dk / dv are stored as element pairs.
+  if (!detail::aligned(a.dk, 4) || !detail::aligned(a.dv, 4)) return false;
+  for (int64_t s : {a.dk_sb, a.dk_ss, a.dk_sh, a.dv_sb, a.dv_ss, a.dv_sh})
+    if (s % 2 != 0) return false;
+  const int64_t b = a.cu_q != nullptr ? 1 : a.batches;
+  return tma_stride_ok(b, a.q_sb) && tma_stride_ok(a.sq, a.q_ss) && tma_stride_ok(a.hq, a.q_sh) &&
+         tma_stride_ok(b, a.do_sb) && tma_stride_ok(a.sq, a.do_ss) &&
+         tma_stride_ok(a.hq, a.do_sh) && tma_stride_ok(b, a.k_sb) && tma_stride_ok(a.skv, a.k_ss) &&
+         tma_stride_ok(a.hkv, a.k_sh) && tma_stride_ok(b, a.v_sb) && tma_stride_ok(a.skv, a.v_ss) &&
+         tma_stride_ok(a.hkv, a.v_sh);
+}
+
+}  // namespace attention_detail
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
@@ -225,7 +260,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           <<<grid, kDeltaWarps * 32, 0, stream>>>(ov, gv, delta, a.sq, a.d, a.lse_sb, a.lse_sh);
   }
   if (!no_q || !no_k) {
-    if (bf16)
+    const bool wgmma = !force_mma() && attention_detail::bwd_wgmma_supported(a);
+    if (wgmma && bf16)
+      attention_detail::launch_bwd_wgmma_bf16(a, stream);
+    else if (wgmma)
+      attention_detail::launch_bwd_wgmma_f16(a, stream);
+    else if (bf16)
       attention_detail::launch_bwd_bf16(a, stream);
     else
       attention_detail::launch_bwd_f16(a, stream);

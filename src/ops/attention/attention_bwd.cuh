@@ -45,4 +45,11 @@ struct BwdArgs {
 void launch_bwd_bf16(const BwdArgs& a, cudaStream_t stream);
 void launch_bwd_f16(const BwdArgs& a, cudaStream_t stream);
 
+// The TMA + WGMMA dk/dv kernel (attention_bwd_wgmma_kernel.cuh): default (atomic dq) mode,
+// D = 64 / 128, TMA-aligned q/k/v/dout and 4-byte aligned dk/dv; the mma.sync kernels above
+// take every other case. bwd_wgmma_supported() says which.
+bool bwd_wgmma_supported(const BwdArgs& a);
+void launch_bwd_wgmma_bf16(const BwdArgs& a, cudaStream_t stream);
+void launch_bwd_wgmma_f16(const BwdArgs& a, cudaStream_t stream);
+
 }  // namespace tessel::attention_detail

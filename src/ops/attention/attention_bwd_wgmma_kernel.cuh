@@ -1,0 +1,513 @@
+// Hopper attention backward, dK/dV kernel (FlashAttention-3 style): TMA + WGMMA,
+// warp-specialized. The default (atomic dq) mode for D = 64 / 128 and TMA-aligned views;
+// everything else stays on the mma.sync kernels (attention_bwd_kernel.cuh).
+//
+// One CTA per (128-key block, kv head, sequence); 1 producer + 2 consumer warpgroups:
+//   producer : one elected thread TMA-loads the block's K and V once (own mbarrier), then
+//              walks every q head of the kv head's group and every Br-row query block that
+//              sees one of the keys, loading Q and dO into a Stages-deep ring. A second
+//              warp is the dQ writer (below).
+//   consumers: warpgroup w owns keys 64w .. 64w+63 and per query block computes, transposed
+//              (keys are the M side of every WGMMA):
+//                S^T = K Q^T, dP^T = V dO^T     SS WGMMA (64 x Br, fp32)
+//                P^T = exp2(S^T scale log2e - lse log2e), dS^T = P^T (dP^T - delta) s'
+//                dV += P^T dO, dK += dS^T Q     RS WGMMA: P^T, dS^T rounded to T in registers;
+//                                               Q / dO read MN-major from the same shared bytes
+//                dQ = dS K                      SS WGMMA: dS^T goes through shared memory
+//                                               (double buffer), both warpgroups' keys are the
+//                                               K side
+//              then leave the (Br x D) f32 dQ tile in shared memory (rows padded: conflict-
+//              free float2 stores); the dQ writer warp adds it to the f32 dq workspace with
+//              one bulk reduce-add per row (cp.reduce.async.bulk .add.f32) while the
+//              consumers go on, and hands the tile back once the copy engine has read it.
+//              lse and delta of the block's Br rows are read by each warpgroup into its own
+//              shared copy (rows past the sequence: lse = +inf, so P = 0).
+// Registers (-Xptxas -v, setmaxnreg 40 / 232): D = 128 no spills; D = 64 (S^T and dP^T are
+// 64 x 128 per warpgroup) spills about 150 bytes.
+// Tried and slower at D = 128 (B4 H32 S4096): dV / dK left in flight across the next step's
+// S / dP (290 vs 320 TFLOP/s, 44 bytes of spills); S and dP in separate WGMMA groups with P
+// computed while dP runs (hundreds of bytes of spills).
+// The K-major (R x C) and MN-major (C x R) 128B-swizzled layouts of tile/sm90/tma.cuh map
+// every element to the same offset, so one TMA load serves both operand roles.
+// Br = 128 (D = 64) or 64 (D = 128): the dQ WGMMA splits M (D = 64) or N (D = 128) between
+// the two warpgroups.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+
+#include <climits>
+#include <cute/tensor.hpp>
+
+#include "ops/attention/attention_bwd.cuh"
+#include "ops/attention/attention_fwd_kernel.cuh"
+
+namespace tessel::attention_detail {
+
+namespace bwd_wgmma {
+
+using namespace tessel::tile::sm90;
+
+template <class T_, int D_>
+struct BwdConfig {
+  using T = T_;
+  static constexpr int D = D_;
+  // dQ: the consumers leave each step's dQ tile in shared memory and a writer warp adds it to
+  // the workspace with bulk reduce-adds (cp.reduce.async.bulk; float2 atomics from the
+  // consumers measured 247 instead of 326 TFLOP/s at D = 128).
+  static constexpr int DqPitch = D + 8;          // f32 row pitch of the dQ tile: 2-wavefront stores
+  static constexpr int Bc = 128;                 // keys per CTA: 2 consumer warpgroups x 64
+  static constexpr int Br = D == 64 ? 128 : 64;  // query rows per step
+  static constexpr int Stages = 2;
+  static constexpr int Consumers = 2;
+  static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
+  using SmemK = SmemLayout<T, Major::K, Bc, D, 1>;         // K, V: A of S^T / dP^T
+  using SmemKt = SmemLayout<T, Major::MN, D, Bc, 1>;       // the same bytes: B of dQ = dS K
+  using SmemQ = SmemLayout<T, Major::K, Br, D, Stages>;    // Q, dO: B of S^T / dP^T
+  using SmemQt = SmemLayout<T, Major::MN, D, Br, Stages>;  // the same bytes: B of dK / dV
+  using SmemDS = SmemLayout<T, Major::MN, Br, Bc, 2>;      // dS (query-contiguous), A of dQ
+  using MmaSdP = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<Br>, cute::Int<D>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
+  using MmaKV = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::rs_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<D>, cute::Int<Br>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
+  static constexpr int DqWgM = Br / 64;            // warpgroups along the dQ rows
+  static constexpr int DqWgN = Consumers / DqWgM;  // and along its columns
+  using MmaDQ = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<D / DqWgN>, cute::Int<Bc>>,
+                                       cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<DqWgM>, cute::Int<DqWgN>, cute::_1>>{}));
+  using Pipeline = TmaPipeline<Stages>;
+  struct Smem {
+    alignas(1024) T k[cute::cosize_v<SmemK>];
+    alignas(1024) T v[cute::cosize_v<SmemK>];
+    alignas(1024) T q[cute::cosize_v<SmemQ>];
+    alignas(1024) T dout[cute::cosize_v<SmemQ>];
+    alignas(1024) T ds[cute::cosize_v<SmemDS>];
+    alignas(128) float dq[Br * DqPitch];
+    alignas(16) float lse2[Consumers][2][Br];  // lse log2 e per warpgroup, by step parity
+    alignas(16) float delta[Consumers][2][Br];
+    alignas(16) typename Pipeline::SharedStorage pipe;
+    alignas(8) uint64_t kv_full;
+  };
+  static constexpr uint32_t kQBytes = 2 * stage_bytes<T, SmemQ>;  // Q and dO
+  static constexpr uint32_t kKVBytes = 2 * stage_bytes<T, SmemK>;
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
+  static_assert(kSmemBytes <= 232448, "shared memory per block");
+};
+
+// Named barriers (0 is __syncthreads): the dS buffer is complete (both consumer warpgroups),
+// and each warpgroup's lse / delta copy is complete.
+constexpr int kDsBarrier = 1;
+constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup
+// The dQ tile is written (consumers -> writer warp) / has been read (writer -> consumers):
+// 256 consumer threads + the writer warp.
+constexpr int kDqFullBarrier = 4;
+constexpr int kDqEmptyBarrier = 5;
+constexpr int kDqBarrierThreads = 2 * kWarpgroupThreads + 32;
+__device__ __forceinline__ void warpgroup_barrier(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void dq_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kDqBarrierThreads) : "memory");
+}
+__device__ __forceinline__ void dq_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kDqBarrierThreads) : "memory");
+}
+
+// global[0 .. bytes) += shared[0 .. bytes) (f32), by the copy engine.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* shared,
+                                                    uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(global),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(shared))), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;"); }
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The key block this CTA computes.
+struct KeyBlock {
+  int b = 0, blk = 0;
+  int64_t q_row0 = 0, k_row0 = 0;
+  int sq = 0, skv = 0;
+};
+
+template <int Bc>
+__device__ __forceinline__ bool find_key_block(const BwdArgs& a, KeyBlock& kb) {
+  if (a.cu_q == nullptr) {
+    kb.b = blockIdx.z;
+    kb.blk = blockIdx.x;  // key block 0 sees the most queries under a causal mask: first
+    kb.sq = a.sq;
+    kb.skv = a.skv;
+    return true;
+  }
+  int id = static_cast<int>(blockIdx.x);
+  for (int b = 0; b < a.batches; ++b) {
+    const int k0 = a.cu_k[b], k1 = a.cu_k[b + 1];
+    const int nb = (k1 - k0 + Bc - 1) / Bc;
+    if (id < nb) {
+      kb.b = b, kb.blk = id, kb.q_row0 = a.cu_q[b], kb.k_row0 = k0;
+      kb.sq = a.cu_q[b + 1] - a.cu_q[b], kb.skv = k1 - k0;
+      return true;
+    }
+    id -= nb;
+  }
+  return false;
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  return uint32_t{reinterpret_cast<const uint16_t&>(l)} |
+         (uint32_t{reinterpret_cast<const uint16_t&>(h)} << 16);
+}
+
+template <class Cfg, class TmaQ, class TmaK>
+__global__ void __launch_bounds__(Cfg::Threads, 1)
+    attention_bwd_dkdv_wgmma(const __grid_constant__ TmaQ tma_q,
+                             const __grid_constant__ TmaQ tma_do,
+                             const __grid_constant__ TmaK tma_k, const __grid_constant__ TmaK tma_v,
+                             const __grid_constant__ BwdArgs a) {
+  using namespace cute;
+  using T = typename Cfg::T;
+  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Stages = Cfg::Stages;
+
+  KeyBlock kb;
+  if (!find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
+  const int hk = blockIdx.y, group = a.hq / a.hkv;
+  const int j0 = kb.blk * Bc;
+  const int offset = kb.skv - kb.sq;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 0 : kb.b;  // batch coordinate of the views
+
+  // Query blocks that see some key of [j0, j_last].
+  const int j_last = min(j0 + Bc, kb.skv) - 1;
+  int i_min = 0, i_max = kb.sq - 1;
+  if (a.window_right >= 0) i_min = max(i_min, j0 - offset - a.window_right);
+  if (a.window_left >= 0) i_max = min(i_max, j_last - offset + a.window_left);
+  const int m_lo = max(i_min, 0) / Br;
+  const int nm = i_max >= i_min ? i_max / Br + 1 - m_lo : 0;
+  const int iters = nm * group;
+
+  extern __shared__ char smem_raw[];
+  const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
+  auto& smem = *reinterpret_cast<typename Cfg::Smem*>(smem_raw + ((1024 - base % 1024) % 1024));
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Cfg::SmemK{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQ{});
+
+  const int wg = warpgroup_index();
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kQBytes,
+                                           Cfg::Consumers * kWarpgroupThreads);
+  cluster_sync<1>();
+
+  if (wg == 0) {  // ---- producer ----
+    producer_registers<40>();
+    const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
+    if (pwarp == 0 && elect_one() && iters > 0) {
+      const int bts = varlen ? 1 : a.batches;
+      Tensor mK = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
+                                tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
+      Tensor mV = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
+                                tma_v.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
+      Tensor mQ = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
+                                tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
+      Tensor mdO = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
+                                 tma_do.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
+      Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
+      Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
+      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Cfg::kKVBytes);
+      copy(tma_k.with(smem.kv_full), tKg(_, kb.blk), tKs(_, 0));
+      copy(tma_v.with(smem.kv_full), tVg(_, kb.blk), tVs(_, 0));
+      auto st = producer_start<Stages>();
+      for (int it = 0; it < iters; ++it) {
+        const int h = hk * group + it / nm, m = m_lo + it % nm;
+        Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
+        Tensor gdO = local_tile(mdO(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
+        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+        auto [tdOg, tdOs] = tma_partition(tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                          group_modes<0, 2>(gdO));
+        pipe.producer_acquire(st);
+        auto* bar = pipe.producer_get_barrier(st);
+        copy(tma_q.with(*bar), tQg(_, m), tQs(_, st.index()));
+        copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
+        ++st;
+      }
+      pipe.producer_tail(st);
+    } else if (pwarp == 1 && iters > 0) {
+      // dQ writer: each step's tile, row by row (the workspace rows are Hq * D apart).
+      const int lane = threadIdx.x % 32;
+      for (int it = 0; it < iters; ++it) {
+        const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
+        float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
+        const int rows = min(Br, kb.sq - i0);
+        dq_barrier_sync(kDqFullBarrier);
+        for (int r = lane; r < rows; r += 32)
+          bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
+                              D * sizeof(float));
+        bulk_commit();
+        bulk_wait_read();
+        __syncwarp();
+        if (it + 1 < iters) dq_barrier_arrive(kDqEmptyBarrier);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  consumer_registers<232>();
+  const int ctid = consumer_thread();
+  const int wgc = wg - 1;
+  const int wtid = ctid % kWarpgroupThreads;
+  typename Cfg::MmaSdP mma_sdp;
+  typename Cfg::MmaKV mma_kv;
+  typename Cfg::MmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_slice(ctid);
+  auto thr_kv = mma_kv.get_slice(ctid);
+  auto thr_dq = mma_dq.get_slice(ctid);
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQt{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemKt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDS{});
+
+  Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sK));    // (MMA, 1, D/16, 1)
+  Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sV));    // (MMA, 1, D/16, 1)
+  Tensor tSrQ = thr_sdp.make_fragment_B(thr_sdp.partition_B(sQ));    // (MMA, 1, D/16, Stages)
+  Tensor tSrdO = thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO));  // (MMA, 1, D/16, Stages)
+  Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));   // (MMA, 1, Br/16, Stages)
+  Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));
+  Tensor tdQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));  // (MMA, 1, Bc/16, 2)
+  Tensor tdQrK = thr_dq.make_fragment_B(thr_dq.partition_B(sKt));   // (MMA, 1, Bc/16, 1)
+
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<Bc>, Int<Br>>{});  // ((2,2,Br/8),1,1)
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<Bc>, Int<Br>>{});
+  Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<Int<Bc>, Int<D>>{});  // ((2,2,D/8),1,1)
+  Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<Int<Bc>, Int<D>>{});
+  // P^T / dS^T as A operands of the RS WGMMAs (see attention_fwd_kernel.cuh: the accumulator
+  // (col pair, row half, 8-col group) regrouped by 16-wide k blocks).
+  Tensor tKVrP = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Br / 16>>>{});
+  Tensor tKVrdS = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Br / 16>>>{});
+  static_assert(size(tSrS) == Br / 2 && size(tdVrdV) == D / 2, "64xN fp32 accumulators");
+
+  // (key, query) / (key, column) / (query, column) of every accumulator element.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
+  Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
+
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
+
+  const bool capped = a.softcap > 0.f;
+  const float mult = a.scale * kLog2e, cap_in = capped ? a.scale / a.softcap : 0.f;
+
+  if (iters > 0) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
+    PipeState<Stages> st;
+    mma_kv.accumulate_ = GMMA::ScaleOut::One;
+    for (int it = 0; it < iters; ++it) {
+      const int h = hk * group + it / nm, m = m_lo + it % nm;
+      const int i0 = m * Br;
+      const int par = it % 2;
+      // This step's lse (log2 units; +inf: the row sees nothing or lies past the sequence)
+      // and delta, one row per thread of each warpgroup.
+      float l2 = INFINITY, dl = 0.f;
+      if (wtid < Br && i0 + wtid < kb.sq) {
+        const int64_t at = kb.b * a.lse_sb + h * a.lse_sh + kb.q_row0 + i0 + wtid;
+        const float lse = a.lse[at];
+        l2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        dl = a.delta[at];
+      }
+      pipe.consumer_wait(st);
+      const int s = st.index();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
+      warpgroup_arrive();
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrK); ++k) {
+        cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrV); ++k) {
+        cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      if (wtid < Br) {
+        smem.lse2[wgc][par][wtid] = l2;
+        smem.delta[wgc][par][wtid] = dl;
+      }
+      warpgroup_barrier(kRowsBarrier0 + wgc);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
+
+      // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
+      const bool need_mask = j0 + Bc > kb.skv ||
+                             (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
+                             (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
+      const float* l2s = smem.lse2[wgc][par];
+      const float* dls = smem.delta[wgc][par];
+      CUTE_UNROLL
+      for (int e = 0; e < size(tSrS); ++e) {
+        const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
+        float p, dfac = a.scale;
+        if (capped) {
+          const float th = tanhf(tSrS(e) * cap_in);
+          p = fast_exp2(fmaf(a.softcap * th, kLog2e, -l2s[il]));
+          dfac *= 1.f - th * th;
+        } else {
+          p = fast_exp2(fmaf(tSrS(e), mult, -l2s[il]));
+        }
+        if (need_mask) {
+          const int i = i0 + il, j = j0 + jl;
+          bool vis = j < kb.skv;
+          if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
+          if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
+          if (!vis) p = 0.f;
+        }
+        tSrS(e) = p;
+        tSrdP(e) = p * (tSrdP(e) - dls[il]) * dfac;
+      }
+      // Round to T as the A operands, and dS^T into shared memory (query pairs: 4 bytes).
+      CUTE_UNROLL
+      for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
+      for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+      for (int i0p = 0; i0p < 2; ++i0p) {
+        const auto e = make_coord(make_coord(i0p, i1, g), 0, 0);
+        const auto ea = make_coord(make_coord(i0p, i1, g % 2), 0, g / 2);
+        tKVrP(ea) = static_cast<T>(tSrS(e));
+        tKVrdS(ea) = static_cast<T>(tSrdP(e));
+      }
+      CUTE_UNROLL
+      for (int e = 0; e < size(tSrdP); e += 2) {
+        const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
+        T* p = &sdS(il, jl, par);
+        *reinterpret_cast<uint32_t*>(p) = pack_pair<T>(tSrdP(e), tSrdP(e + 1));
+      }
+
+      warpgroup_fence_operand(tKVrP);
+      warpgroup_fence_operand(tKVrdS);
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
+      warpgroup_commit_batch();
+
+      // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
+      // visible to the WGMMA's async proxy first).
+      cutlass::arch::fence_view_async_shared();
+      named_barrier_sync(kDsBarrier);
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
+      warpgroup_fence_operand(tdQrdQ);
+      warpgroup_arrive();
+      mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tdQrdS); ++k) {
+        cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
+        mma_dq.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe.consumer_release(st);
+      ++st;
+
+      Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
+      if (it > 0) dq_barrier_sync(kDqEmptyBarrier);  // the writer has read the last tile
+      CUTE_UNROLL
+      for (int e = 0; e < size(tdQrdQ); e += 2) {
+        const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
+        *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
+            make_float2(tdQrdQ(e), tdQrdQ(e + 1));
+      }
+      cutlass::arch::fence_view_async_shared();  // visible to the copy engine
+      dq_barrier_arrive(kDqFullBarrier);
+    }
+  }
+
+  // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
+  T* dk = static_cast<T*>(a.dk) + bt * a.dk_sb + hk * a.dk_sh;
+  T* dv = static_cast<T*>(a.dv) + bt * a.dv_sb + hk * a.dv_sh;
+  CUTE_UNROLL
+  for (int e = 0; e < size(tdVrdV); e += 2) {
+    const int j = j0 + get<0>(tKVc(e)), c = get<1>(tKVc(e));
+    if (j >= kb.skv) continue;
+    *reinterpret_cast<uint32_t*>(dk + (kb.k_row0 + j) * a.dk_ss + c) =
+        pack_pair<T>(tdKrdK(e), tdKrdK(e + 1));
+    *reinterpret_cast<uint32_t*>(dv + (kb.k_row0 + j) * a.dv_ss + c) =
+        pack_pair<T>(tdVrdV(e), tdVrdV(e + 1));
+  }
+}
+
+template <class T, int D>
+void launch(const BwdArgs& a, cudaStream_t stream) {
+  using Cfg = BwdConfig<T, D>;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 1 : a.batches;
+  auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
+                                typename Cfg::SmemQ{});
+  auto tma_do =
+      make_tma_load<1>(gmem_rows<T, false>(a.dout, a.sq, D, a.hq, bt, a.do_ss, a.do_sh, a.do_sb),
+                       typename Cfg::SmemQ{});
+  auto tma_k = make_tma_load<1>(
+      gmem_rows<T, false>(a.k, a.skv, D, a.hkv, bt, a.k_ss, a.k_sh, a.k_sb), typename Cfg::SmemK{});
+  auto tma_v = make_tma_load<1>(
+      gmem_rows<T, false>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb), typename Cfg::SmemK{});
+  auto kernel = attention_bwd_dkdv_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
+  static bool configured = false;  // per instantiation: the attribute outlives the call
+  if (!configured) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(Cfg::kSmemBytes));
+    if (err != cudaSuccess) return;  // the launch check reports it
+    configured = true;
+  }
+  const unsigned kblocks = static_cast<unsigned>((a.skv + Cfg::Bc - 1) / Cfg::Bc);
+  const dim3 grid(varlen ? kblocks + a.batches : kblocks, a.hkv, varlen ? 1 : a.batches);
+  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, a);
+}
+
+}  // namespace bwd_wgmma
+
+template <class T>
+void launch_bwd_wgmma_typed(const BwdArgs& a, cudaStream_t stream) {
+  if (a.d == 64)
+    bwd_wgmma::launch<T, 64>(a, stream);
+  else
+    bwd_wgmma::launch<T, 128>(a, stream);
+}
+
+}  // namespace tessel::attention_detail
