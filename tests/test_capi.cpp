@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fake_tensor.hpp"
+#include "tessel/launch.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tessel.h"
 #include "test_util.hpp"
@@ -167,6 +168,20 @@ TEST(CApi, VersionAndDeviceCount) {
   EXPECT_FALSE(std::string(tessel_version()).empty());
   EXPECT_STREQ(tessel_version(), tessel::version());
   EXPECT_EQ(tessel_cuda_device_count(), tessel::cuda_device_count());
+}
+
+TEST(CApi, DependentLaunchSwitch) {
+  const int before = tessel_set_dependent_launch(1);
+  EXPECT_TRUE(tessel::dependent_launch());
+  EXPECT_EQ(tessel_set_dependent_launch(7), 1);  // any non-zero enables
+  EXPECT_EQ(tessel_set_dependent_launch(0), 1);
+  EXPECT_FALSE(tessel::dependent_launch());
+  {
+    const tessel::DependentLaunchScope on(true);
+    EXPECT_TRUE(tessel::dependent_launch());
+  }
+  EXPECT_FALSE(tessel::dependent_launch());  // the scope restored it
+  tessel_set_dependent_launch(before);
 }
 
 // ---- GPU --------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ const char* tessel_last_error(void);
 const char* tessel_status_string(tessel_status_t status);
 const char* tessel_version(void);
 int tessel_cuda_device_count(void);
+/* Programmatic dependent launch on the calling thread (see include/tessel/launch.hpp: the
+   decode-path kernels may start while their predecessor drains; the small-M GEMM reads its B
+   operand before waiting, so enable it only where B is not written by the kernel just before).
+   Returns the previous setting (0 or 1). */
+int tessel_set_dependent_launch(int enabled);
 
 /* op: 0 identity, 1 neg, 2 abs, 3 exp, 4 relu, 5 sigmoid, 6 silu, 7 square */
 tessel_status_t tessel_unary(int32_t op, const tessel_tensor_t* x, const tessel_tensor_t* y,

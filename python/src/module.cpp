@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common.hpp"
+#include "tessel/launch.hpp"
 #include "tessel/ops.hpp"
 
 namespace nb = nanobind;
@@ -78,6 +79,13 @@ NB_MODULE(_tessel, m) {
 
   m.def(
       "version", [] { return std::string(tessel::version()); }, "Library version string.");
+  m.def(
+      "set_dependent_launch", [](bool enabled) { return tessel::set_dependent_launch(enabled); },
+      "enabled"_a,
+      "Programmatic dependent launch for this thread's tessel launches (decode-path kernels may "
+      "start while their predecessor drains; the small-M GEMM reads its weight operand before "
+      "waiting, so enable it only where that operand is not written by the kernel just before). "
+      "Returns the previous setting.");
   m.def("cuda_device_count", &tessel::cuda_device_count,
         "Number of CUDA devices; 0 without a driver or GPU (never raises).");
   m.def("describe", &describe, "x"_a.none(),

@@ -23,7 +23,8 @@ import os as _os
 import sys as _sys
 
 from . import _tessel
-from ._tessel import TesselArgumentError, TesselError, cuda_device_count, describe
+from ._tessel import (TesselArgumentError, TesselError, cuda_device_count, describe,
+                      set_dependent_launch)
 
 __version__ = _tessel.version()
 
@@ -39,6 +40,7 @@ __all__ = [
     "mul",
     "reduce_sum",
     "reduce_sum_rows",
+    "set_dependent_launch",
     "softmax",
     "softmax_backward",
     "torch_ops",

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/capi_util.hpp"
+#include "tessel/launch.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tessel.h"
 
@@ -63,6 +64,10 @@ const char* tessel_status_string(tessel_status_t status) {
 const char* tessel_version(void) { return tessel::version(); }
 
 int tessel_cuda_device_count(void) { return tessel::cuda_device_count(); }
+
+int tessel_set_dependent_launch(int enabled) {
+  return tessel::set_dependent_launch(enabled != 0) ? 1 : 0;
+}
 
 tessel_status_t tessel_unary(int32_t op, const tessel_tensor_t* x, const tessel_tensor_t* y,
                              void* stream) {

@@ -23,6 +23,12 @@ def raises_arg(*fragments):
 
 
 # ---- module basics --------------------------------------------------------------------
+def test_dependent_launch_switch():
+    before = tessel.set_dependent_launch(True)
+    assert tessel.set_dependent_launch(False) is True
+    assert tessel.set_dependent_launch(before) is False
+
+
 def test_version_and_device_count():
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", tessel.version())
     assert tessel.__version__ == tessel.version()
