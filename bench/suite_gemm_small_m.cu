@@ -141,14 +141,18 @@ void run_case(SuiteContext& ctx, cublasHandle_t h, const SmallMCase& c, Record& 
   rc.baseline_value = gbps(bytes, rc.baseline_ms);
 }
 
-// A decode layer's GEMMs back to back (Llama-3-8B: qkv, o, gate+up, down; two layers, every
-// weight distinct, 864 MB: nothing stays in L2), timed as one chain after a clean-L2 flush.
+// A decode layer's GEMMs back to back (Llama-3-8B or Llama-3.2-1B: qkv, o, gate+up, down; two
+// layers, every weight distinct, 864 / 243 MB: nothing stays in L2), timed as one chain after a
+// clean-L2 flush.
 // Ours with and without programmatic dependent launch (include/tessel/launch.hpp: each GEMM
 // streams its weight during the previous one's tail) against the same chain of cublasGemmEx.
 // GB/s of weight + activation bytes: the rate a decode step sees, launch gaps included.
-void run_chain(SuiteContext& ctx, cublasHandle_t h, int64_t m, bool dependent, Record& r) {
+void run_chain(SuiteContext& ctx, cublasHandle_t h, int64_t m, bool dependent, bool small_model,
+               Record& r) {
   cudaStream_t s = ctx.stream();
-  const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  const int64_t shapes_8b[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  const int64_t shapes_1b[4][2] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}};
+  const auto& shapes = small_model ? shapes_1b : shapes_8b;
   struct Link {
     DeviceMem a, b, d;
     int64_t n, k;
@@ -236,21 +240,25 @@ void suite_gemm_small_m(SuiteContext& ctx) {
     ctx.add(std::move(r));
     ctx.add(std::move(rc));
   }
-  for (int64_t m : {1, 16})
+  struct Chain {
+    int64_t m;
+    bool small_model;
+  };
+  for (const Chain& c : {Chain{1, false}, Chain{16, false}, Chain{1, true}})
     for (bool dependent : {false, true}) {
       if (!ctx.wants("gemm")) break;
+      const int64_t m = c.m;
       Record r;
       r.op = "gemm";
-      r.case_ = "small-M chain M=" + std::to_string(m) +
-                " 2x8B layer (qkv,o,gate+up,down) clean-L2" +
-                (dependent ? " dependent-launch" : "");
+      r.case_ = "small-M chain M=" + std::to_string(m) + (c.small_model ? " 2x1B" : " 2x8B") +
+                " layer (qkv,o,gate+up,down) clean-L2" + (dependent ? " dependent-launch" : "");
       r.shape = {{"M", m}, {"layers", 2}};
       r.dtype = "bf16";
       r.metric = "GB/s";
       r.baseline = "cublasGemmEx";
       r.target = "peak_fraction>=0.85";
       try {
-        run_chain(ctx, h, m, dependent, r);
+        run_chain(ctx, h, m, dependent, c.small_model, r);
       } catch (const std::exception& e) {
         r.check = "ERROR";
         r.check_detail = e.what();

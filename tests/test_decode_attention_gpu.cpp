@@ -53,6 +53,7 @@ struct Case {
   int64_t sq, hq, hkv, d, page;  // page 0: contiguous
   double softcap = 0.0;
   int splits = 0;
+  int64_t max_seqlen = 0;  // DecodeParams::max_seqlen (a planning hint; may be wrong)
 };
 
 // q/caches drawn here; out, lse downloaded and compared with the reference.
@@ -75,6 +76,7 @@ class DecodeAttentionGpu : public test::GpuTest,
     DecodeParams prm;
     prm.softcap = c.softcap;
     prm.num_splits = c.splits;
+    prm.max_seqlen = c.max_seqlen;
     std::vector<double> kref, vref;
     int64_t smax = 0;
     DeviceTensor kc, vc, bt;
@@ -131,6 +133,11 @@ const Case kCases[] = {
     {{700, 4, 129}, 4, 64, 4, 128, 0, 0.0, 0},         // 64 rows: 2 row blocks
     {{2000, 3}, 2, 12, 4, 64, 64, 0.0, 5},             // GQA 3, D 64, splits
     {{4097}, 1, 1, 1, 256, 256, 0.0, 0},               // B = 1: heuristic splits
+    // max_seqlen hints: exact (a 1B decode step: one 64-token tile per split), far too small
+    // and far too large (clamped to the capacity) - the result must not depend on it.
+    {{576}, 1, 32, 8, 64, 64, 0.0, 0, 576},
+    {{4097, 17, 1000, 5}, 1, 8, 2, 128, 16, 0.0, 0, 100},
+    {{17, 300}, 2, 8, 8, 128, 0, 0.0, 0, int64_t{1} << 40},
 };
 
 TEST_P(DecodeAttentionGpu, MatchesReference) {

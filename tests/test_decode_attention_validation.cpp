@@ -190,6 +190,11 @@ TEST(DecodeAttentionErrors, StridesAlignmentParams) {
     expect_invalid([&] { a.run(); }, kOp, "params.num_splits");
   }
   {
+    Args a;
+    a.p.max_seqlen = -1;
+    expect_invalid([&] { a.run(); }, kOp, "params.max_seqlen");
+  }
+  {
     Args a;  // strided q (slice of a fused qkv buffer) and padded out accepted
     a.q = on_cpu(S(bf16, {2, 1, 8, 128}, {12 * 128, 12 * 128, 128, 1}, 0));
     a.out = S(bf16, {2, 1, 8, 128}, {8 * 136, 8 * 136, 136, 1}, 4);

@@ -2,14 +2,16 @@
 // reference over M ∈ {1,2,3,7,16,17,32} × N ∈ {8,136,4104} × K ∈ {8,520,4096} for B (N,K),
 // the same grid (thinned) for B (K,N); bf16/f16 in, f32/bf16/f16 out; alpha/beta with C
 // (separate and in place); pitched operands; every autotuner config; determinism; CUDA
-// graph capture; and the same problems through tessel::gemm.
+// graph capture; the same problems through tessel::gemm; the SwiGLU-fused down GEMM.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "ops/gemm/gemm_small_m.hpp"
+#include "tessel/activation.hpp"
 #include "tessel/gemm.hpp"
 #include "test_util.hpp"
 
@@ -269,6 +271,69 @@ TEST_F(GemmSmallMGpu, GraphCapture) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+// gemm_small_m_swiglu (the engine's fused SwiGLU down projection) equals tessel::swiglu
+// followed by gemm_small_m bit for bit, and both match float64 on the rounded activation.
+TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
+  struct S {
+    int64_t m, n, k;
+    DType dt;
+  };
+  for (const S& c :
+       {S{1, 2048, 8192, DType::bf16}, S{7, 136, 520, DType::bf16}, S{16, 4104, 1024, DType::f16},
+        S{32, 264, 4096, DType::bf16}, S{3, 8, 8, DType::bf16}}) {
+    SCOPED_TRACE("M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
+                 " K=" + std::to_string(c.k) + " " + dtype_name(c.dt));
+    // gate_up: (M, 2K) [gate | up] with a padded row pitch, gate values wide enough to cover
+    // both tails of silu.
+    std::vector<double> gu = rng().uniform(static_cast<size_t>(c.m * 2 * c.k), -6, 6);
+    std::vector<double> w = rng().uniform(static_cast<size_t>(c.n * c.k), -1, 1);
+    DeviceTensor dgu = alloc_pitched(c.dt, {c.m, 2 * c.k}, 2 * c.k + 8);
+    DeviceTensor dw = alloc(c.dt, {c.n, c.k});
+    upload_values(dgu, gu);
+    upload_values(dw, w);
+    Tensor gate = dgu.t, up = dgu.t;
+    gate.shape[1] = up.shape[1] = c.k;
+    up.data = static_cast<char*>(dgu.t.data) + c.k * dtype_size(c.dt);
+    DeviceTensor act = alloc(c.dt, {c.m, c.k});
+    DeviceTensor d_ref = alloc(c.dt, {c.m, c.n});
+    DeviceTensor d_fused = alloc(c.dt, {c.m, c.n});
+    swiglu(gate, up, act.t, stream());
+    ASSERT_TRUE(detail::gemm_small_m(act.t, dw.t, d_ref.t, GemmOptions{}, stream()));
+    ASSERT_TRUE(detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream()));
+    sync();
+    EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
+    // float64 GEMM of the rounded activation (what both consumed).
+    const std::vector<double> a = download_values(act);
+    std::vector<double> ref(static_cast<size_t>(c.m * c.n), 0.0);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < c.k; ++q) s += a[i * c.k + q] * w[j * c.k + q];
+        ref[i * c.n + j] = s;
+      }
+    EXPECT_TRUE(all_close(download_values(d_fused), ref, tolerance(c.dt)));
+    // and the activation itself against float64 silu(g)·u
+    std::vector<double> act_ref(static_cast<size_t>(c.m * c.k));
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t q = 0; q < c.k; ++q) {
+        const double g = gu[i * 2 * c.k + q], u = gu[i * 2 * c.k + c.k + q];
+        act_ref[i * c.k + q] = g / (1.0 + std::exp(-g)) * u;
+      }
+    EXPECT_TRUE(all_close(a, act_ref, tolerance(c.dt)));
+  }
+  // Refused (nothing written): gate_up not (M, 2K), M = 33.
+  DeviceTensor gu = alloc(DType::bf16, {4, 100});
+  DeviceTensor w = alloc(DType::bf16, {64, 64});
+  DeviceTensor d = alloc(DType::bf16, {4, 64});
+  EXPECT_FALSE(detail::gemm_small_m_swiglu(gu.t, w.t, d.t, GemmOptions{}, stream()));
+  DeviceTensor gu33 = alloc(DType::bf16, {33, 128});
+  DeviceTensor d33 = alloc(DType::bf16, {33, 64});
+  EXPECT_FALSE(detail::gemm_small_m_swiglu(gu33.t, w.t, d33.t, GemmOptions{}, stream()));
+  sync();
+  for (const DeviceTensor* t : {&d, &d33})
+    for (uint8_t byte : download_buffer(*t)) ASSERT_EQ(byte, 0xFF) << "output written";
 }
 
 }  // namespace

@@ -43,7 +43,11 @@ struct DecodeParams {
   // Paged cache when non-null: (B, max_pages) i32 device table; caches are then
   // (num_pages, page_size, Hkv, D) (MLA: (num_pages, page_size, 576)).
   const Tensor* block_table = nullptr;
-  int num_splits = 0;         // KV splits per sequence; 0: heuristic from the SM count
+  int num_splits = 0;  // KV splits per sequence; 0: heuristic from the SM count
+  // The longest sequence the caller knows of (host side; 0: the cache capacity). Only the split
+  // heuristic reads it, to size splits for the tokens actually cached: a short sequence in a
+  // long cache then still spreads over the SMs. A wrong value costs speed, never correctness.
+  int64_t max_seqlen = 0;
   bool check_inputs = false;  // range-check seqlens / block_table on the device and sync
 };
 

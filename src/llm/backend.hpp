@@ -120,6 +120,13 @@ class Backend {
                          int64_t head_dim, const RowLayout& rows, Buf& out) = 0;
   // silu(gate)·up; gate and up may be column views (the halves of a fused gate|up output)
   virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;
+  // The SwiGLU MLP's tail: act = silu(gate_up[:, :F]) · gate_up[:, F:], out = act · w_downᵀ
+  // (+ bias). act is scratch of (rows, F); backends may fuse the two and not write it.
+  virtual void silu_mul_matmul(const Buf& gate_up, int64_t F, Buf& act, const Buf& w_down,
+                               const Buf* bias, Buf& out) {
+    silu_mul(cols_view(gate_up, 0, F), cols_view(gate_up, F, F), act);
+    matmul(act, w_down, bias, out);
+  }
   virtual void gelu(Buf& x) = 0;               // tanh approximation
   virtual void add(Buf& x, const Buf& y) = 0;  // x += y
   // out[i] = x[rows[i]]

@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "llm/backend.hpp"
+#include "llm/op_profile.hpp"
+#include "ops/gemm/gemm_small_m.hpp"
 #include "ops/llm_engine/argmax_rows.hpp"
 #include "ops/llm_engine/rope_tables.hpp"
 #include "runtime/check.hpp"
@@ -93,7 +95,7 @@ struct InputLayout {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 // What a recorded step depends on besides the buffers: the model's key and the step's shape.
-using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t>;
+using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, int64_t>;
 
 class GpuBackend final : public Backend {
  public:
@@ -116,6 +118,7 @@ class GpuBackend final : public Backend {
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(stream_);
+    if (const std::string r = profile_.report(); !r.empty()) std::fputs(r.c_str(), stderr);
     drop_graphs();
     for (Staged* s : {&tokens_, &positions_, &cos_, &sin_, &rows_})
       if (s->dev) cudaFreeAsync(s->dev, stream_);
@@ -342,6 +345,12 @@ class GpuBackend final : public Backend {
     } end{this};
     // The step's kernels may start while their predecessor drains (include/tessel/launch.hpp):
     // the small-M GEMMs stream their weights during the previous kernel's tail.
+    if (profile_.on()) {  // eager, no dependent launch: each op's time is its own
+      profile_.begin_step(key >= 0, step_.rows, stream_);
+      ops();
+      profile_.end_step();
+      return;
+    }
     const DependentLaunchScope dependent(dependent_launch_);
     if (key < 0 || !graphs_enabled_) return ops();
     const GraphKey gk{key,
@@ -350,7 +359,8 @@ class GpuBackend final : public Backend {
                       static_cast<int64_t>(runs_.size()),
                       runs_.empty() ? 0 : runs_[0].len,
                       uniform_,
-                      step_.rope_half};
+                      step_.rope_half,
+                      plan_len()};
     if (auto it = graphs_.find(gk); it != graphs_.end()) {
       TESSEL_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
       return;
@@ -392,6 +402,7 @@ class GpuBackend final : public Backend {
     const Tensor ids = Tensor::contiguous(ids_dev, DType::i32, {out.rows});
     Tensor o = mat(out);
     tessel::embedding(ids, mat(table), o, false, stream_);
+    mark("embedding", 0, [&] { return dims(out); });
   }
   void add_rows(const int32_t* positions, const Buf& table, Buf& x) override {
     for (int64_t r = 0; r < x.rows; ++r)
@@ -412,19 +423,23 @@ class GpuBackend final : public Backend {
     Tensor t = Tensor::contiguous(pos_tmp_, DType::bf16, {x.rows, x.cols}), xt = mat(x);
     tessel::embedding(ids, mat(table), t, false, stream_);
     tessel::add(xt, t, xt, stream_);
+    mark("add_rows", 0, [&] { return dims(x); });
   }
   void rms_norm(const Buf& x, const Buf& w, float eps, Buf& out) override {
     Tensor o = mat(out);
     tessel::rms_norm(mat(x), vec(w), o, nullptr, eps, stream_);
+    mark("rms_norm", 0, [&] { return dims(x); });
   }
   void add_rms_norm(Buf& x, const Buf& y, const Buf& w, float eps, Buf& out) override {
     Tensor h = mat(x), o = mat(out);
     tessel::rms_norm_add(mat(x), mat(y), vec(w), h, o, nullptr, eps, stream_);
+    mark("add_rms_norm", 0, [&] { return dims(x); });
   }
   void layer_norm(const Buf& x, const Buf& w, const Buf& b, float eps, Buf& out) override {
     Tensor o = mat(out);
     const Tensor bt = b ? vec(b) : Tensor{};
     tessel::layer_norm(mat(x), vec(w), b ? &bt : nullptr, o, nullptr, nullptr, eps, stream_);
+    mark("layer_norm", 0, [&] { return dims(x); });
   }
   void matmul(const Buf& x, const Buf& w, const Buf* bias, Buf& out) override {
     GemmOptions opt;
@@ -432,6 +447,8 @@ class GpuBackend final : public Backend {
     if (bias && *bias) opt.bias = &bt;
     Tensor o = mat(out);
     tessel::gemm(mat(x), mat(w), o, stream_, opt);
+    mark("matmul", 2.0 * static_cast<double>(w.rows * w.cols),
+         [&] { return dims(x) + " x " + dims(w); });
   }
   void rope(Buf& x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, RopeStyle style,
             const float* cos, const float* sin) override {
@@ -452,21 +469,22 @@ class GpuBackend final : public Backend {
     }
     llm_engine::rope_tables_bf16(x.ptr, x.rows, x.pitch(), n_heads, head_dim, rope_dim,
                                  style == RopeStyle::neox, c, s, stream_);
+    mark("rope", 0, [&] { return dims(x); });
   }
-  void rope_kv_store(int64_t layer, Buf& qk, int64_t n_heads, int64_t n_kv_heads,
-                     int64_t head_dim, int64_t rope_dim, RopeStyle style, const float* cos,
-                     const float* sin, const Buf& k, const Buf& v, const RowLayout& rows) override {
+  void rope_kv_store(int64_t layer, Buf& qk, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     int64_t rope_dim, RopeStyle style, const float* cos, const float* sin,
+                     const Buf& k, const Buf& v, const RowLayout& rows) override {
     // One launch per call: rotation of q and k and the cache append (llm_engine::rope_append).
-    const bool fusable = style != RopeStyle::none && in_step_ && cos == step_.cos &&
-                         qk.rows == step_.rows && rope_dim / 2 == step_.rope_half &&
-                         rope_dim % 2 == 0 && rope_dim <= head_dim &&
-                         qk.cols == (n_heads + n_kv_heads) * head_dim &&
-                         n_kv_heads * head_dim == kv_dim_ && max_pool_pages_ > 0 &&
-                         k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim &&
-                         k.pitch() == qk.pitch() && k.cols == kv_dim_ && v.cols == kv_dim_ &&
-                         v.rows == k.rows && k.rows == rows.rows;
-    if (!fusable) return Backend::rope_kv_store(layer, qk, n_heads, n_kv_heads, head_dim,
-                                                rope_dim, style, cos, sin, k, v, rows);
+    const bool fusable =
+        style != RopeStyle::none && in_step_ && cos == step_.cos && qk.rows == step_.rows &&
+        rope_dim / 2 == step_.rope_half && rope_dim % 2 == 0 && rope_dim <= head_dim &&
+        qk.cols == (n_heads + n_kv_heads) * head_dim && n_kv_heads * head_dim == kv_dim_ &&
+        max_pool_pages_ > 0 && k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim &&
+        k.pitch() == qk.pitch() && k.cols == kv_dim_ && v.cols == kv_dim_ && v.rows == k.rows &&
+        k.rows == rows.rows;
+    if (!fusable)
+      return Backend::rope_kv_store(layer, qk, n_heads, n_kv_heads, head_dim, rope_dim, style, cos,
+                                    sin, k, v, rows);
     ensure_layout(rows);
     fresh_k_ = k;
     fresh_v_ = v;
@@ -474,32 +492,33 @@ class GpuBackend final : public Backend {
     const auto* c = static_cast<const float*>(input(in_.cos));
     const auto* s = static_cast<const float*>(input(in_.sin));
     const Tensor kc = cache_view(k_pool_, layer, kv_dim_), vc = cache_view(v_pool_, layer, kv_dim_);
-    for_each_call([&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens,
-                      const Tensor& table) {
-      llm_engine::RopeAppendArgs a{};
-      a.qk = static_cast<uint16_t*>(qk.ptr) + start * qk.pitch();
-      a.ld = qk.pitch();
-      a.v = static_cast<const uint16_t*>(v.ptr) + start * v.pitch();
-      a.v_ld = v.pitch();
-      a.rows = B * Sq;
-      a.hq = static_cast<int>(n_heads);
-      a.hkv = static_cast<int>(n_kv_heads);
-      a.head_dim = static_cast<int>(head_dim);
-      a.rope_dim = static_cast<int>(rope_dim);
-      a.neox = style == RopeStyle::neox;
-      a.cos = c + start * (rope_dim / 2);
-      a.sin = s + start * (rope_dim / 2);
-      a.k_cache = kc.data;
-      a.v_cache = vc.data;
-      a.page_size = static_cast<int>(page_size_);
-      a.num_pages = static_cast<int>(pool_pages_);
-      a.seqlens = static_cast<const int32_t*>(seqlens.data);
-      a.block_table = static_cast<const int32_t*>(table.data);
-      a.table_stride = table.strides[0];
-      a.max_pages = static_cast<int>(table.shape[1]);
-      a.sq = static_cast<int>(Sq);
-      llm_engine::rope_append_bf16(a, stream_);
-    });
+    for_each_call(
+        [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
+          llm_engine::RopeAppendArgs a{};
+          a.qk = static_cast<uint16_t*>(qk.ptr) + start * qk.pitch();
+          a.ld = qk.pitch();
+          a.v = static_cast<const uint16_t*>(v.ptr) + start * v.pitch();
+          a.v_ld = v.pitch();
+          a.rows = B * Sq;
+          a.hq = static_cast<int>(n_heads);
+          a.hkv = static_cast<int>(n_kv_heads);
+          a.head_dim = static_cast<int>(head_dim);
+          a.rope_dim = static_cast<int>(rope_dim);
+          a.neox = style == RopeStyle::neox;
+          a.cos = c + start * (rope_dim / 2);
+          a.sin = s + start * (rope_dim / 2);
+          a.k_cache = kc.data;
+          a.v_cache = vc.data;
+          a.page_size = static_cast<int>(page_size_);
+          a.num_pages = static_cast<int>(pool_pages_);
+          a.seqlens = static_cast<const int32_t*>(seqlens.data);
+          a.block_table = static_cast<const int32_t*>(table.data);
+          a.table_stride = table.strides[0];
+          a.max_pages = static_cast<int>(table.shape[1]);
+          a.sq = static_cast<int>(Sq);
+          llm_engine::rope_append_bf16(a, stream_);
+        });
+    mark("rope_kv_store", 0, [&] { return dims(qk); });
   }
   void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) override {
     if (max_pool_pages_ == 0) fail("kv_store", "'kv cache' expected kv_reserve() first, got none");
@@ -521,6 +540,7 @@ class GpuBackend final : public Backend {
           Tensor kc = cache_view(k_pool_, layer, D), vc = cache_view(v_pool_, layer, D);
           tessel::append_kv(kn, vn, kc, vc, &table, seqlens, false, stream_);
         });
+    mark("kv_store", 0, [&] { return dims(k); });
   }
   void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const RowLayout& rows, Buf& out) override {
@@ -539,6 +559,7 @@ class GpuBackend final : public Backend {
     const bool have_fresh = prefill_kernel_ && fresh_layer_ == layer && fresh_k_.rows == q.rows;
     fresh_layer_ = -1;
     int64_t call = 0;
+    bool tiled = false;
     for_each_call(
         [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
           const Tensor qv = rows_view(q, start, B, Sq, n_heads, head_dim);
@@ -553,25 +574,47 @@ class GpuBackend final : public Backend {
             AttentionParams ap;
             ap.causal = true;
             tessel::attention_forward(qv, kv, vv, ov, nullptr, ap, stream_);
+            tiled = true;
             if (prefill_check_) check_prefill(layer, qv, kv, vv, ov, kc, vc, seqlens, table);
             return;
           }
           DecodeParams p;
           p.block_table = &table;
+          p.max_seqlen = plan_len();
           tessel::decode_attention(qv, kc, vc, seqlens, ov, nullptr, p, stream_);
         });
+    mark("attention", 0, [&] { return dims(q) + (tiled ? " (tiled)" : " (decode kernel)"); });
   }
   void silu_mul(const Buf& gate, const Buf& up, Buf& out) override {
     Tensor o = mat(out);
     tessel::swiglu(mat(gate), mat(up), o, stream_);
+    mark("silu_mul", 0, [&] { return dims(out); });
+  }
+  // Decode rows (M <= 32, no bias): the activation is computed inside the down GEMM's A
+  // staging (detail::gemm_small_m_swiglu, bit-identical to swiglu + gemm): one launch fewer per
+  // layer. TESSEL_FUSE_SWIGLU=0 keeps the two launches.
+  void silu_mul_matmul(const Buf& gate_up, int64_t F, Buf& act, const Buf& w_down, const Buf* bias,
+                       Buf& out) override {
+    if (fuse_swiglu_ && !(bias && *bias) && gate_up.rows <= 32 && gate_up.cols == 2 * F &&
+        w_down.cols == F && out.rows == gate_up.rows && out.cols == w_down.rows) {
+      Tensor o = mat(out);
+      if (detail::gemm_small_m_swiglu(mat(gate_up), mat(w_down), o, GemmOptions{}, stream_)) {
+        mark("silu_mul+matmul", 2.0 * static_cast<double>(w_down.rows * w_down.cols),
+             [&] { return dims(gate_up) + " x " + dims(w_down); });
+        return;
+      }
+    }
+    Backend::silu_mul_matmul(gate_up, F, act, w_down, bias, out);
   }
   void gelu(Buf& x) override {
     Tensor t = mat(x);
     tessel::gelu(t, t, GeluApprox::tanh, stream_);
+    mark("gelu", 0, [&] { return dims(x); });
   }
   void add(Buf& x, const Buf& y) override {
     Tensor t = mat(x);
     tessel::add(t, mat(y), t, stream_);
+    mark("add", 0, [&] { return dims(x); });
   }
   void gather_rows(const Buf& x, const int64_t* rows, int64_t n, Buf& out) override {
     void* ids_dev = nullptr;
@@ -587,9 +630,28 @@ class GpuBackend final : public Backend {
     const Tensor ids = Tensor::contiguous(ids_dev, DType::i64, {n});
     Tensor o = mat(out);
     tessel::embedding(ids, mat(x), o, false, stream_);
+    mark("gather_rows", 0, [&] { return dims(out); });
   }
 
  private:
+  // The decode kernels' split plan follows the cached lengths, not the table's capacity (a
+  // 600-token sequence in a 128k-token table still spreads over the SMs). Rounded up to a power
+  // of two: a recorded step stays valid while the lengths stay in its bucket (graph key).
+  int64_t plan_len() const {
+    int64_t longest = 0;
+    for (const Run& r : runs_) longest = std::max<int64_t>(longest, r.seqlen);
+    int64_t p = 64;
+    while (p < longest) p *= 2;
+    return p;
+  }
+  // Ends the op `name` in the profile (TESSEL_PROFILE_OPS=1); the shape text is built only then.
+  template <class Detail>
+  void mark(const char* name, double streamed_bytes, Detail detail) {
+    if (profile_.on()) profile_.mark(name, detail(), streamed_bytes);
+  }
+  static std::string dims(const Buf& b) {
+    return std::to_string(b.rows) + "x" + std::to_string(b.cols);
+  }
   static size_t bytes(const Buf& b) { return static_cast<size_t>(b.rows * b.cols) * 2; }
   static Tensor mat(const Buf& b) {
     Tensor t = Tensor::contiguous(b.ptr, DType::bf16, {b.rows, b.cols});
@@ -719,6 +781,11 @@ class GpuBackend final : public Backend {
   size_t bytes_ = 0;
   bool graphs_enabled_ = true;
   bool dependent_launch_ = true;  // TESSEL_DEPENDENT_LAUNCH=0 turns it off
+  OpProfile profile_;             // TESSEL_PROFILE_OPS=1
+  const bool fuse_swiglu_ = [] {  // TESSEL_FUSE_SWIGLU=0: separate activation launch
+    const char* e = std::getenv("TESSEL_FUSE_SWIGLU");
+    return !(e && std::string(e) == "0");
+  }();
   // KV pool
   void* k_pool_ = nullptr;
   void* v_pool_ = nullptr;

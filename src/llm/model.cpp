@@ -445,8 +445,7 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
       add_norm(s.x, s.proj, l.ffn_norm, l.ffn_norm_b, s.xn);
       if (c.ffn == FfnKind::silu_gated) {
         b.matmul(s.xn, l.w_up, nullptr, s.ffn);
-        b.silu_mul(b.cols_view(s.ffn, 0, F), b.cols_view(s.ffn, F, F), s.act);
-        b.matmul(s.act, l.w_down, opt(l.b_down), s.proj);
+        b.silu_mul_matmul(s.ffn, F, s.act, l.w_down, opt(l.b_down), s.proj);
       } else {
         b.matmul(s.xn, l.w_up, opt(l.b_up), s.ffn);
         b.gelu(s.ffn);
@@ -466,8 +465,8 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
       std::vector<float> logits(static_cast<size_t>(n_out * c.vocab_size));
       b.download(s.out, logits.data());
       for (int64_t r = 0; r < n_out; ++r)
-        (*greedy)[r] = greedy_argmax(std::span<const float>(
-            logits.data() + r * c.vocab_size, static_cast<size_t>(c.vocab_size)));
+        (*greedy)[r] = greedy_argmax(std::span<const float>(logits.data() + r * c.vocab_size,
+                                                            static_cast<size_t>(c.vocab_size)));
     }
     return {};
   }

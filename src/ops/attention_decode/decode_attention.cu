@@ -51,6 +51,8 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
     chk.fail("params.softcap", "a finite softcap >= 0 (0: off)", std::to_string(p.softcap));
   if (p.num_splits < 0 || p.num_splits > 256)
     chk.fail("params.num_splits", "0 (heuristic) .. 256", std::to_string(p.num_splits));
+  if (p.max_seqlen < 0)
+    chk.fail("params.max_seqlen", ">= 0 (0: the cache capacity)", std::to_string(p.max_seqlen));
   chk.dtype_in("q", q, {DType::f16, DType::bf16});
   chk.dtype_in("k_cache", k_cache, {DType::f16, DType::bf16});
   chk.dtype_in("v_cache", v_cache, {DType::f16, DType::bf16});
@@ -135,6 +137,7 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   a.v_st = v_cache.strides[1];
   a.v_sh = v_cache.strides[2];
   decode::fill_sequence_args(a, p, g, paged, seqlens, out, lse, B, Sq, Hq, Hkv);
+  a.plan_len = p.max_seqlen;
   const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kLog2e = 1.4426950408889634;
   a.scale_log2 = static_cast<float>(scale * kLog2e);

@@ -41,12 +41,16 @@ struct KernelArgs {
   int64_t bt_stride;
   int page_size, num_pages;
   const int32_t* seqlens;
-  int64_t capacity;  // tokens a sequence may hold
+  int64_t capacity;      // tokens a sequence may hold
+  int64_t plan_len = 0;  // host only: the lengths the split heuristic plans for (0: capacity)
   void* out;
   int64_t o_sb, o_ss, o_sh;
   float* lse;     // (B, Sq, Hq) or null (written only without splits)
   float* part_o;  // (splits, B·Sq·Hq, DV) or null: no splits
   float* part_lse;
+  // With splits: one counter per (sequence, KV head, row block), zero between calls. The last
+  // split CTA to finish merges the partials itself (no combine launch) and resets its counter.
+  unsigned* tickets;
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
@@ -157,6 +161,9 @@ __device__ __forceinline__ int2 page_of(const KernelArgs& a, int b, int pos, int
   }
   return r;
 }
+
+template <class T, int DV>
+__device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id, int lane);
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
@@ -508,22 +515,39 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         if (warp == 0 && (lane & 3) == 0) a.part_lse[prow] = lse2;
       }
     }
+  if (a.part_o == nullptr || a.tickets == nullptr) return;
+  // The last of the num_splits CTAs of (b, kvh, rb) merges their partials (threadfence
+  // reduction: release the partials, take a ticket; the last one acquires and reads them).
+  __shared__ bool s_last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    unsigned* t = a.tickets + (static_cast<int64_t>(b) * a.hkv + kvh) * a.row_blocks + rb;
+    const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
+    if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
+    s_last = last;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int row = warp; row < ROWS; row += NW) {
+    const int grow = rb * ROWS + row;
+    if (grow >= a.rows_total) break;
+    const int s = grow / a.group, hq = kvh * a.group + (grow - s * a.group);
+    combine_row<T, C::DV>(a, (static_cast<int64_t>(b) * a.sq + s) * a.hq + hq, lane);
+  }
 }
 
-// One warp per output row: merge the splits' (normalized O, log2-sum-exp) pairs.
+// One warp merges the splits' (normalized O, log2-sum-exp) pairs of output row `row_id`, in
+// split order (the same bits whichever CTA runs it).
 template <class T, int DV>
-__global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
-  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
-  ::tessel::tile::allow_next_grid();
+__device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id, int lane) {
   constexpr int PER = DV / 32;
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
-  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row_id >= rows_global) return;
   float mx = -INFINITY;
   bool nan = false;
   for (int i = 0; i < a.num_splits; ++i) {
-    const float l = a.part_lse[i * rows_global + row_id];
+    const float l = __ldcg(a.part_lse + i * rows_global + row_id);
     nan |= isnan(l);
     mx = fmaxf(mx, l);
   }
@@ -532,14 +556,14 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Ke
   for (int j = 0; j < PER; ++j) acc[j] = 0.f;
   float wsum = 0.f;
   for (int i = 0; i < a.num_splits && !nan; ++i) {
-    const float l = a.part_lse[i * rows_global + row_id];
+    const float l = __ldcg(a.part_lse + i * rows_global + row_id);
     if (l == -INFINITY) continue;
     const float w = exp2f(l - mx);
     wsum += w;
     const float* src = a.part_o + (i * rows_global + row_id) * DV;
 #pragma unroll
     for (int j = 0; j < PER; j += 2) {
-      const float2 v = *reinterpret_cast<const float2*>(src + 2 * lane + 32 * j);
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(src + 2 * lane + 32 * j));
       acc[j] += w * v.x;
       acc[j + 1] += w * v.y;
     }
@@ -556,6 +580,18 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Ke
   if (a.lse != nullptr && lane == 0)
     a.lse[row_id] = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff)
                                            : (mx + log2f(wsum)) * 0.69314718055994531f;
+}
+
+// One warp per output row (a separate launch; decode_kernel merges in its last split CTA when
+// a.tickets is set).
+template <class T, int DV>
+__global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
+  const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (row_id >= rows_global) return;
+  combine_row<T, DV>(a, row_id, threadIdx.x & 31);
 }
 
 // Range check of seqlens (Sq <= len <= capacity) and of the block-table entries a sequence

@@ -1,6 +1,6 @@
 // Host side shared by decode_attention.cu and mla_decode.cu: argument checks of the common
 // pieces (seqlens, block table, lse, strides), the split-KV heuristic, the partials scratch and
-// the launch of decode_kernel + combine_kernel.
+// the launch of decode_kernel (whose last split CTA per row block merges the splits).
 #pragma once
 
 #include <algorithm>
@@ -42,6 +42,34 @@ inline float* partials_scratch(cudaStream_t stream, size_t bytes) {
     s.bytes = want;
   }
   return static_cast<float*>(s.ptr);
+}
+
+// Split counters of the merge-in-kernel (KernelArgs::tickets): per (device, stream), zeroed
+// when allocated; every call leaves them zero again. Grown outside graph capture only (the
+// first call of a shape runs eagerly in the engine; see partials_scratch).
+inline unsigned* ticket_scratch(cudaStream_t stream, size_t count) {
+  struct Slot {
+    void* ptr = nullptr;
+    size_t count = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Slot> slots;
+  int dev = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  Slot& s = slots[{dev, stream}];
+  if (s.count < count) {
+    if (s.ptr) {
+      TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TESSEL_CUDA_CHECK(cudaFree(s.ptr));
+      s = Slot{};
+    }
+    const size_t want = std::max<size_t>(count, 4096);
+    TESSEL_CUDA_CHECK(cudaMalloc(&s.ptr, want * sizeof(unsigned)));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(s.ptr, 0, want * sizeof(unsigned), stream));
+    s.count = want;
+  }
+  return static_cast<unsigned*>(s.ptr);
 }
 
 // Non-negative strides, unit last stride, other strides multiples of 8 elements and a 16-byte
@@ -172,9 +200,11 @@ inline void check_inputs_now(const detail::OpCheck& chk, const Tensor& seqlens, 
 }
 
 // Wave-quantization heuristic: the fewest splits whose CTA count fills >= 90 % of its last wave
-// (waves of SMs × resident CTAs), each split keeping >= 256 tokens of the cache capacity.
-inline int choose_splits(int64_t base_ctas, int64_t capacity, int slots) {
-  const int64_t max_s = std::clamp<int64_t>(capacity / 256, 1, 64);
+// (waves of SMs × resident CTAs), each split keeping >= one tile of the planned length (the
+// caller's max_seqlen, else the capacity). Short sequences (decode at batch 1) thus get one
+// tile per CTA: their latency is a tile's, not the whole sequence's.
+inline int choose_splits(int64_t base_ctas, int64_t plan_len, int64_t tile, int slots) {
+  const int64_t max_s = std::clamp<int64_t>((plan_len + tile - 1) / tile, 1, 64);
   int best = 1;
   double best_eff = 0.0;
   for (int64_t s = 1; s <= max_s; ++s) {
@@ -201,9 +231,11 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
   }();
   a.row_blocks = (a.rows_total + C::ROWS - 1) / C::ROWS;
   const int64_t base = static_cast<int64_t>(a.batch) * static_cast<int64_t>(a.hkv) * a.row_blocks;
-  int splits = requested_splits > 0
-                   ? static_cast<int>(requested_splits)
-                   : choose_splits(base, a.capacity, detail::current_sm_count() * ctas_per_sm);
+  int splits =
+      requested_splits > 0
+          ? static_cast<int>(requested_splits)
+          : choose_splits(base, a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity,
+                          C::TILE, detail::current_sm_count() * ctas_per_sm);
   a.num_splits = splits;
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   if (splits > 1) {
@@ -211,21 +243,17 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
         stream, sizeof(float) * static_cast<size_t>(splits * rows_global * (C::DV + 1)));
     a.part_o = p;
     a.part_lse = p + splits * rows_global * C::DV;
+    a.tickets = ticket_scratch(stream, static_cast<size_t>(base));
   } else {
     a.part_o = nullptr;
     a.part_lse = nullptr;
+    a.tickets = nullptr;
   }
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
       detail::launch_dependent(decode_kernel<C>, grid, dim3(C::THREADS), C::SMEM, stream, a));
-  detail::check_launch(op);
-  if (splits > 1) {
-    TESSEL_CUDA_CHECK(detail::launch_dependent(combine_kernel<typename C::T, C::DV>,
-                                               dim3(static_cast<unsigned>((rows_global + 7) / 8)),
-                                               dim3(256), 0, stream, a));
-    detail::check_launch(op);
-  }
+  detail::check_launch(op);  // with splits, the last CTA of each row block merges them
 }
 
 }  // namespace tessel::decode

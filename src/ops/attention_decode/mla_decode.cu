@@ -51,6 +51,8 @@ void mla_decode(const Tensor& q_latent, const Tensor& q_rope, const Tensor& late
     chk.fail("params.softcap", "0 (MLA has no soft cap)", std::to_string(p.softcap));
   if (p.num_splits < 0 || p.num_splits > 256)
     chk.fail("params.num_splits", "0 (heuristic) .. 256", std::to_string(p.num_splits));
+  if (p.max_seqlen < 0)
+    chk.fail("params.max_seqlen", ">= 0 (0: the cache capacity)", std::to_string(p.max_seqlen));
   chk.dtype_in("q_latent", q_latent, {DType::f16, DType::bf16});
   chk.dtype_in("q_rope", q_rope, {DType::f16, DType::bf16});
   chk.dtype_in("latent_cache", latent_cache, {DType::f16, DType::bf16});
@@ -136,6 +138,7 @@ void mla_decode(const Tensor& q_latent, const Tensor& q_rope, const Tensor& late
   a.k_sh = a.v_sh = 0;
   // One latent "KV head" shared by all H query heads.
   decode::fill_sequence_args(a, p, g, paged, seqlens, out, lse, B, Sq, H, 1);
+  a.plan_len = p.max_seqlen;
   const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(kRow));
   a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   if (q_latent.dtype == DType::bf16)

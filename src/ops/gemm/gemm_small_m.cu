@@ -68,6 +68,7 @@ struct Params {
   float* partials;      // [splits][m][n] (splits > 1)
   unsigned* tickets;    // [gridDim.x] (splits > 1), zero between launches
   int out;              // 0 f32, 1 f16, 2 bf16
+  int gated;  // A = silu(a[:, :k]) * a[:, k:2k], computed while staging (SwiGLU MLP's down GEMM)
 };
 
 template <class T>
@@ -101,6 +102,24 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
+  return r;
+}
+
+// 8 SwiGLU activations silu(g) * u of a 16-byte gate and up vector, rounded to T once: the
+// same arithmetic as tessel::swiglu (src/ops/activation/activation.cu), so the fused down GEMM
+// sees the bits the unfused activation would have written.
+template <class T>
+__device__ __forceinline__ uint4 swiglu8(const uint4& g, const uint4& u) {
+  uint4 r;
+  const T* gv = reinterpret_cast<const T*>(&g);
+  const T* uv = reinterpret_cast<const T*>(&u);
+  T* rv = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float x = static_cast<float>(gv[j]);
+    const float f = x * __fdividef(1.f, 1.f + __expf(-x));
+    rv[j] = static_cast<T>(f * static_cast<float>(uv[j]));
+  }
   return r;
 }
 
@@ -233,20 +252,37 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
     {
       const int kb = ph0 * S::kStepK;
       const int pieces = (ph1 - ph0) * S::kChunks * tp * 4;
-      // cp.async: every piece of this thread in flight at once, no registers; src size 0
-      // zero-fills (past K, past M).
+      if (p.gated) {
+        // SwiGLU prologue: gate and up pieces through registers (L2: the previous kernel just
+        // wrote them), the activation staged as A.
 #pragma unroll 4
-      for (int i = tid; i < pieces; i += kThreads) {
-        const int piece = i & 3, row = (i >> 2) % tp, chunk = (i >> 2) / tp;
-        const int kk = kb + chunk * 32 + piece * 8;
-        const bool valid = row < p.m && kk < kend;
-        const T* src = valid ? ga + int64_t{row} * p.lda + kk : ga;
-        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(sa + i * 8));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                     "r"(valid ? 16 : 0)
-                     : "memory");
+        for (int i = tid; i < pieces; i += kThreads) {
+          const int piece = i & 3, row = (i >> 2) % tp, chunk = (i >> 2) / tp;
+          const int kk = kb + chunk * 32 + piece * 8;
+          uint4 v = make_uint4(0u, 0u, 0u, 0u);
+          if (row < p.m && kk < kend) {
+            const T* src = ga + int64_t{row} * p.lda + kk;
+            v = swiglu8<T>(__ldcg(reinterpret_cast<const uint4*>(src)),
+                           __ldcg(reinterpret_cast<const uint4*>(src + p.k)));
+          }
+          *reinterpret_cast<uint4*>(sa + i * 8) = v;
+        }
+      } else {
+        // cp.async: every piece of this thread in flight at once, no registers; src size 0
+        // zero-fills (past K, past M).
+#pragma unroll 4
+        for (int i = tid; i < pieces; i += kThreads) {
+          const int piece = i & 3, row = (i >> 2) % tp, chunk = (i >> 2) / tp;
+          const int kk = kb + chunk * 32 + piece * 8;
+          const bool valid = row < p.m && kk < kend;
+          const T* src = valid ? ga + int64_t{row} * p.lda + kk : ga;
+          const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(sa + i * 8));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                       "r"(valid ? 16 : 0)
+                       : "memory");
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
       }
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
     __syncthreads();
     while (step < ph1) {
@@ -450,6 +486,7 @@ struct Problem {
   int m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldd = 0, ldc = 0;
   int out = 0;
+  bool gated = false;  // A is the gate half of a (M, 2K) [gate | up] buffer (see Params::gated)
   const Tensor* c = nullptr;
 };
 
@@ -561,6 +598,7 @@ void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t
   p.wn = cfg.wn;
   p.wk = kWarps / cfg.wn;
   p.out = pr.out;
+  p.gated = pr.gated ? 1 : 0;
   const int bn = warp_n * cfg.wn;
   const int blocks_n = (pr.n + bn - 1) / bn;
   const int nsteps = (pr.k + stepk - 1) / stepk;
@@ -724,6 +762,23 @@ bool gemm_small_m_with_config(const Tensor& a, const Tensor& b, Tensor& d, const
 bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
                   cudaStream_t stream) {
   return gemm_small_m_with_config(a, b, d, opt, stream, -1);
+}
+
+bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
+                         cudaStream_t stream) {
+  if (gate_up.ndim != 2 || b.ndim != 2 || gate_up.strides[1] != 1) return false;
+  const int64_t k = opt.b_layout == BLayout::nk ? b.shape[1] : b.shape[0];
+  if (gate_up.shape[1] != 2 * k || k % 8 != 0) return false;
+  Tensor a = gate_up;  // the gate half, (M, K) with gate_up's row pitch
+  a.shape[1] = k;
+  Problem pr = describe(a, b, d, opt);
+  if (!pr.ok) return false;
+  pr.gated = true;
+  // The config of the plain problem of the same shape (the prologue adds L2 reads of A only).
+  const int config = choose(pr, a, b, d, stream);
+  launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
+         pr.c ? opt.beta : 0.f, config, stream);
+  return true;
 }
 
 }  // namespace tessel::detail

@@ -27,6 +27,15 @@ namespace tessel::detail {
 bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
                   cudaStream_t stream);
 
+// The down projection of a SwiGLU MLP with the activation fused into the A staging:
+// D = alpha · (silu(G) ⊙ U) · op(B) + beta · C, where gate_up = [G | U] is (M, 2K) (unit
+// column stride, any row pitch that gemm_small_m accepts for A) and K is B's reduction size.
+// silu(G) ⊙ U is rounded to the input dtype exactly as tessel::swiglu rounds it, so the result
+// equals swiglu followed by gemm_small_m bit for bit. Same contract otherwise (false: nothing
+// launched; the caller runs swiglu + gemm).
+bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
+                         cudaStream_t stream);
+
 // Tuning hooks (benchmarks, tests, `tessel tune`): number of candidate configs, a config's
 // description, and a launch with a forced config (-1: the autotuner's choice). Same
 // contract as gemm_small_m.
