@@ -121,6 +121,15 @@ class DecodeAttentionGpu : public test::GpuTest,
   }
 };
 
+// 64 ragged sequences (1..300 tokens): with 8 KV heads and forced splits the grid spans several
+// waves, so the splits are merged by the separate combine launch (one-wave grids merge inside
+// the decode kernel).
+std::vector<int64_t> many_lens() {
+  std::vector<int64_t> l(64);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = 1 + static_cast<int64_t>(i * 37 % 300);
+  return l;
+}
+
 // Caches stay near 1 M elements: the 4097-token sequences use few KV heads.
 const Case kCases[] = {
     {{1, 17, 1000, 4097}, 1, 2, 2, 128, 16},           // GQA 1, page 16
@@ -138,6 +147,8 @@ const Case kCases[] = {
     {{576}, 1, 32, 8, 64, 64, 0.0, 0, 576},
     {{4097, 17, 1000, 5}, 1, 8, 2, 128, 16, 0.0, 0, 100},
     {{17, 300}, 2, 8, 8, 128, 0, 0.0, 0, int64_t{1} << 40},
+    {many_lens(), 1, 32, 8, 64, 16, 0.0, 4},  // multi-wave grid: combine launch
+    {many_lens(), 2, 16, 8, 64, 0, 0.0, 0},   // heuristic splits, 64 sequences
 };
 
 TEST_P(DecodeAttentionGpu, MatchesReference) {

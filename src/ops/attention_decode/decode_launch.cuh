@@ -1,6 +1,6 @@
 // Host side shared by decode_attention.cu and mla_decode.cu: argument checks of the common
 // pieces (seqlens, block table, lse, strides), the split-KV heuristic, the partials scratch and
-// the launch of decode_kernel (whose last split CTA per row block merges the splits).
+// the launch of decode_kernel (+ combine_kernel, or the merge in decode_kernel's last split CTA).
 #pragma once
 
 #include <algorithm>
@@ -243,7 +243,12 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
         stream, sizeof(float) * static_cast<size_t>(splits * rows_global * (C::DV + 1)));
     a.part_o = p;
     a.part_lse = p + splits * rows_global * C::DV;
-    a.tickets = ticket_scratch(stream, static_cast<size_t>(base));
+    // One wave (latency-bound: short sequences, small batches): the last split CTA of each row
+    // block merges, saving the combine launch. Several waves: a separate combine launch, so
+    // no CTA of a full wave carries a merge tail.
+    const bool merge_in_kernel =
+        static_cast<int64_t>(splits) * base <= int64_t{detail::current_sm_count()} * ctas_per_sm;
+    a.tickets = merge_in_kernel ? ticket_scratch(stream, static_cast<size_t>(base)) : nullptr;
   } else {
     a.part_o = nullptr;
     a.part_lse = nullptr;
@@ -253,7 +258,13 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
       detail::launch_dependent(decode_kernel<C>, grid, dim3(C::THREADS), C::SMEM, stream, a));
-  detail::check_launch(op);  // with splits, the last CTA of each row block merges them
+  detail::check_launch(op);
+  if (splits > 1 && a.tickets == nullptr) {
+    TESSEL_CUDA_CHECK(detail::launch_dependent(combine_kernel<typename C::T, C::DV>,
+                                               dim3(static_cast<unsigned>((rows_global + 7) / 8)),
+                                               dim3(256), 0, stream, a));
+    detail::check_launch(op);
+  }
 }
 
 }  // namespace tessel::decode
