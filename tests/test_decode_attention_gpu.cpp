@@ -121,12 +121,12 @@ class DecodeAttentionGpu : public test::GpuTest,
   }
 };
 
-// 64 ragged sequences (1..300 tokens): with 8 KV heads and forced splits the grid spans several
+// 64 ragged sequences (4..303 tokens, >= Sq): with 8 KV heads and forced splits the grid spans several
 // waves, so the splits are merged by the separate combine launch (one-wave grids merge inside
 // the decode kernel).
 std::vector<int64_t> many_lens() {
   std::vector<int64_t> l(64);
-  for (size_t i = 0; i < l.size(); ++i) l[i] = 1 + static_cast<int64_t>(i * 37 % 300);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = 4 + static_cast<int64_t>(i * 37 % 300);
   return l;
 }
 
