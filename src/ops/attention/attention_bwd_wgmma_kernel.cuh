@@ -55,10 +55,10 @@ struct BwdConfig {
   // dQ: the consumers leave each step's dQ tile in shared memory and a writer warp adds it to
   // the workspace with bulk reduce-adds (cp.reduce.async.bulk; float2 atomics from the
   // consumers measured 247 instead of 326 TFLOP/s at D = 128).
-  static constexpr int DqPitch = D + 8;          // f32 row pitch of the dQ tile: 2-wavefront stores
-  static constexpr int Bc = 128;                 // keys per CTA: 2 consumer warpgroups x 64
-  static constexpr int Br = D == 64 ? 128 : 64;  // query rows per step
-  static constexpr int Stages = 2;
+  static constexpr int DqPitch = D + 8;  // f32 row pitch of the dQ tile: 2-wavefront stores
+  static constexpr int Bc = 128;         // keys per CTA: 2 consumer warpgroups x 64
+  static constexpr int Br = 64;          // query rows per step
+  static constexpr int Stages = D == 64 ? 4 : 2;
   static constexpr int Consumers = 2;
   static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
   using SmemK = SmemLayout<T, Major::K, Bc, D, 1>;         // K, V: A of S^T / dP^T
@@ -76,13 +76,15 @@ struct BwdConfig {
                                        cute::Shape<cute::_64, cute::Int<D>, cute::Int<Br>>,
                                        cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
-  static constexpr int DqWgM = Br / 64;            // warpgroups along the dQ rows
-  static constexpr int DqWgN = Consumers / DqWgM;  // and along its columns
+  // Warpgroups computing a step's dQ (64 x D): D = 128: both, 64 columns each; D = 64: one,
+  // alternating by step (a 32-column half would be no 128B-swizzled MN-major operand).
+  static constexpr int DqWgs = D == 128 ? 2 : 1;
+  static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32;
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
-                                       cute::Shape<cute::_64, cute::Int<D / DqWgN>, cute::Int<Bc>>,
+                                       cute::Shape<cute::_64, cute::Int<D / DqWgs>, cute::Int<Bc>>,
                                        cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::Int<DqWgM>, cute::Int<DqWgN>, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::_1, cute::Int<DqWgs>, cute::_1>>{}));
   using Pipeline = TmaPipeline<Stages>;
   struct Smem {
     alignas(1024) T k[cute::cosize_v<SmemK>];
@@ -107,18 +109,19 @@ struct BwdConfig {
 constexpr int kDsBarrier = 1;
 constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup
 // The dQ tile is written (consumers -> writer warp) / has been read (writer -> consumers):
-// 256 consumer threads + the writer warp.
+// the consumer warpgroups that compute dQ + the writer warp.
 constexpr int kDqFullBarrier = 4;
 constexpr int kDqEmptyBarrier = 5;
-constexpr int kDqBarrierThreads = 2 * kWarpgroupThreads + 32;
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
+template <int Threads>
 __device__ __forceinline__ void dq_barrier_sync(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kDqBarrierThreads) : "memory");
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(Threads) : "memory");
 }
+template <int Threads>
 __device__ __forceinline__ void dq_barrier_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kDqBarrierThreads) : "memory");
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(Threads) : "memory");
 }
 
 // global[0 .. bytes) += shared[0 .. bytes) (f32), by the copy engine.
@@ -266,14 +269,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
         float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
         const int rows = min(Br, kb.sq - i0);
-        dq_barrier_sync(kDqFullBarrier);
+        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
         for (int r = lane; r < rows; r += 32)
           bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
                               D * sizeof(float));
         bulk_commit();
         bulk_wait_read();
         __syncwarp();
-        if (it + 1 < iters) dq_barrier_arrive(kDqEmptyBarrier);
+        if (it + 1 < iters) dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
       }
     }
     return;
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   typename Cfg::MmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_slice(ctid);
   auto thr_kv = mma_kv.get_slice(ctid);
-  auto thr_dq = mma_dq.get_slice(ctid);
+  auto thr_dq = mma_dq.get_slice(Cfg::DqWgs == 2 ? ctid : wtid);
   Tensor sQt = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQt{});
   Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemKt{});
@@ -429,6 +432,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       // visible to the WGMMA's async proxy first).
       cutlass::arch::fence_view_async_shared();
       named_barrier_sync(kDsBarrier);
+      if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdVrdV);
+        warpgroup_fence_operand(tdKrdK);
+        pipe.consumer_release(st);
+        ++st;
+        continue;
+      }
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
       warpgroup_fence_operand(tdQrdQ);
       warpgroup_arrive();
@@ -447,7 +458,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       ++st;
 
       Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
-      if (it > 0) dq_barrier_sync(kDqEmptyBarrier);  // the writer has read the last tile
+      if (it > 0) dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);  // tile it-1 read
       CUTE_UNROLL
       for (int e = 0; e < size(tdQrdQ); e += 2) {
         const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
@@ -455,7 +466,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
             make_float2(tdQrdQ(e), tdQrdQ(e + 1));
       }
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
-      dq_barrier_arrive(kDqFullBarrier);
+      dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
     }
   }
 
