@@ -15,9 +15,10 @@ with TESSEL_CUDA_GRAPHS=0 and puts that decode rate in check_detail.
 --pretune fills an autotuner cache with `tessel tune` for the model's decode GEMM shapes first
 (untimed) and runs tessel with the autotuner on and that cache; otherwise the autotuner is off.
 tessel's figures are those its CLI prints ("prefill N tok in T s", "decode N tok in T s"): the
-whole step loop including host work, one process per case, CUDA_MODULE_LOADING=EAGER and no tuning
-inside the timed region. transformers: median of 3 timed
-runs after one warm-up, torch.cuda.synchronize() around each.
+whole step loop including host work, one process per case, CUDA_MODULE_LOADING=EAGER, one untimed
+warm-up run of the same prompts first (`tessel run --warmup 1`) and no tuning inside the timed
+region. transformers: median of 3 timed runs after one warm-up, torch.cuda.synchronize() around
+each.
 """
 import argparse
 import datetime
@@ -132,10 +133,12 @@ def pretune(tessel, shapes, cache):
 
 
 def tessel_times(tessel, folder, batch, prompt_len, new_tokens, graphs=True, tune_cache=None,
-                 extra_env=None):
+                 extra_env=None, warmup=1):
     ids = ",".join(str(1000 + (i * 7919) % 120000) for i in range(prompt_len))
+    # One untimed warm-up run first, as the transformers baseline gets (hf_times).
     cmd = [tessel, "run", "--model", folder, "--backend", "gpu", "--temperature", "0",
-           "--ignore-eos", "--max-tokens", str(new_tokens), "--context", str(prompt_len + new_tokens + 8)]
+           "--ignore-eos", "--max-tokens", str(new_tokens), "--context", str(prompt_len + new_tokens + 8),
+           "--warmup", str(warmup)]
     for _ in range(batch):
         cmd += ["--prompt-ids", ids]
     # Autotuner off (its fallback configs), or on with a cache filled by `tessel tune` before.
@@ -215,7 +218,8 @@ def run_model(tf, args, name, copy_gbps, done=()):
         bw = weight_bytes * steps_per_s / 1e9
         fwd, wait = decode_split(text)
         detail = (f"weight bandwidth {bw:.0f} GB/s; decode time {100 * fwd:.0f}% in "
-                  f"Model::forward, {100 * wait:.0f}% waiting for the GPU; GEMM configs ") + (
+                  f"Model::forward, {100 * wait:.0f}% waiting for the GPU; one untimed warm-up "
+                  f"run; GEMM configs ") + (
             "tuned ahead (tessel tune)" if cache else "autotuner off (fallback)")
         if args.compare_graphs:
             _, off_tps, _ = tessel_times(args.tessel, folder, b, args.prompt, args.new_tokens,

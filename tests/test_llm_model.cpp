@@ -549,6 +549,27 @@ std::string smollm2_path() {
 #endif
 }
 
+// `tessel run --warmup N` runs generate() on the same prompts before the reported run: a
+// shorter earlier run must leave no trace (the cache is reserved anew; same tokens as a fresh
+// model, batch of two ragged prompts).
+TEST(LlmGenerate, EarlierRunsLeaveNoTrace) {
+  const ModelConfig c = tiny("llama", RopeStyle::neox);
+  const MemorySource src = random_weights(c, 73);
+  const auto p0 = random_tokens(6, 37, 11), p1 = random_tokens(2, 37, 12);
+  GenerateOptions o;
+  o.max_tokens = 7;
+  o.sampling.temperature = 0;
+  Model fresh(make_cpu_backend(2), c, src, false);
+  const auto want = generate(fresh, {p0, p1}, o, {});
+  Model warmed(make_cpu_backend(2), c, src, false);
+  GenerateOptions w = o;
+  w.max_tokens = 3;
+  generate(warmed, {p0, p1}, w, {});
+  const auto got = generate(warmed, {p0, p1}, o, {});
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << "sequence " << i;
+}
+
 // `tessel run --prompt-ids`: ids parse exactly; bad lists name 'prompt-ids'.
 TEST(LlmLogitsDump, ParsesTokenIds) {
   EXPECT_EQ(parse_token_ids("1,2, 3", 10), (std::vector<int32_t>{1, 2, 3}));

@@ -26,6 +26,7 @@ struct LlmOptions {
   std::vector<std::string> prompt_ids;  // "1,2,3" per sequence: bypasses the tokenizer
   std::string dump_logits;              // .npy of every step's logits (see llm/logits_dump.hpp)
   bool ignore_eos = false;
+  int warmup = 0;  // untimed runs of the same prompts before the reported one
   std::string system;
   int max_tokens = 256;
   float temperature = 0.8f;
@@ -171,6 +172,17 @@ int run_command(const LlmOptions& o) {
     if (static_cast<int64_t>(p.size()) + g.max_tokens > ctx)
       g.max_tokens =
           static_cast<int32_t>(std::max<int64_t>(1, ctx - static_cast<int64_t>(p.size())));
+  // Warm-up runs (benchmarks; llama-bench and the e2e baseline warm up too): the first call of
+  // each kernel configures it (shared-memory opt-in, TMA descriptors, scratch, the memory pool),
+  // which would otherwise land in the reported prefill. Untimed, nothing printed.
+  for (int i = 0; i < o.warmup; ++i) {
+    llm::GenerateOptions w = g;
+    w.max_tokens = std::min<int32_t>(g.max_tokens, 4);
+    w.on_logits = nullptr;
+    llm::generate(*s.lm.model, prompts, w, detok);
+  }
+  if (o.warmup > 0)
+    std::fprintf(stderr, "[tessel] %d untimed warm-up run(s) of the same prompts done\n", o.warmup);
   if (stream && !o.chat) std::cout << o.prompts[0];
   const auto results =
       llm::generate(*s.lm.model, prompts, g, detok,
@@ -258,6 +270,10 @@ void add_llm_commands(CLI::App& app, int& rc) {
                   "write every step's float32 logits as .npy, shape (sequences, steps, vocab); "
                   "NaN after a sequence ends");
   run->add_flag("--ignore-eos", run_opts->ignore_eos, "do not stop at the model's EOS tokens");
+  run->add_option("--warmup", run_opts->warmup,
+                  "untimed runs of the same prompts (up to 4 new tokens) before the reported one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
   run->add_flag("--chat", run_opts->chat, "wrap the prompt in the model's chat template");
   run->callback([&rc, run_opts] {
     try {
