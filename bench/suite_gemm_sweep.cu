@@ -4,7 +4,7 @@
 // plain problem in the same run. Tuning data, not acceptance: record op "gemm_sweep", case
 // "<M>x<N>x<K> B(..) cfg=<c> s=<splits> g=<group> <epilogue>", no target.
 //   cfg: -1 automatic, 0 128x256 cluster 2x1, 1 128x128, 2 128x64, 3 128x64 cluster 1x2,
-//   4 64x128 (3, 4: B (N,K)); s 0 / g 0: the plan's choice.
+//   4 64x128, 5 128x192 (3, 4, 5: B (N,K)); s 0 / g 0: the plan's choice.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -189,7 +189,7 @@ void suite_gemm_sweep(SuiteContext& ctx) {
       if (end == std::string::npos) end = list.size();
       long long m = 0, n = 0, k = 0;
       if (std::sscanf(list.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3)
-        shapes.push_back({m, n, k, BLayout::nk, splits_of({0, 1, 2, 3, 4}, {1, 2})});
+        shapes.push_back({m, n, k, BLayout::nk, splits_of({0, 1, 2, 3, 4, 5}, {1, 2})});
       at = end + 1;
     }
   }

@@ -13,6 +13,10 @@
 #include "tessel/gemm.hpp"
 #include "test_util.hpp"
 
+namespace tessel::gemm_detail {
+void set_tuning(int cfg, int splits, int group);  // src/ops/gemm/gemm.cu (tuning hook)
+}
+
 namespace tessel::test {
 namespace {
 
@@ -48,7 +52,7 @@ struct Case {
   // bmm: batch > 0 calls bmm with (batch, ...) tensors; shared_a / shared_b pass 2-D ones.
   int64_t batch = 0;
   bool shared_a = false, shared_b = false;
-  int64_t batch_pad = 0;  // extra elements between batches of a, b, d
+  int64_t batch_pad = 0;        // extra elements between batches of a, b, d
   bool repeat_bitwise = false;  // run twice on the same inputs: the same bits
 };
 
@@ -58,11 +62,14 @@ std::string describe(const Case& c) {
          (c.layout == BLayout::nk ? " B(N,K)" : " B(K,N)") + " alpha=" + std::to_string(c.alpha) +
          " beta=" + std::to_string(c.beta) + " pad=" + std::to_string(c.pitch_pad) +
          (c.in_place_c ? " c=d" : "") +
-         (c.bias == Bias::none ? "" : c.bias == Bias::f32 ? " bias=f32" : " bias=out") +
+         (c.bias == Bias::none  ? ""
+          : c.bias == Bias::f32 ? " bias=f32"
+                                : " bias=out") +
          " act=" + gemm_activation_name(c.act) + " split_k=" + std::to_string(c.split_k) +
-         (c.batch ? " batch=" + std::to_string(c.batch) + (c.shared_a ? " shared_a" : "") +
-                        (c.shared_b ? " shared_b" : "") + " batch_pad=" + std::to_string(c.batch_pad)
-                  : "");
+         (c.batch
+              ? " batch=" + std::to_string(c.batch) + (c.shared_a ? " shared_a" : "") +
+                    (c.shared_b ? " shared_b" : "") + " batch_pad=" + std::to_string(c.batch_pad)
+              : "");
 }
 
 // (batch, rows, cols) with rows `pitch` apart and batches `rows*pitch + batch_pad` apart;
@@ -80,10 +87,12 @@ class GemmGpu : public GpuTest {
     SCOPED_TRACE(describe(c));
     const bool kn = c.layout == BLayout::kn;
     const int64_t L = c.batch ? c.batch : 1;
-    const int64_t La = c.batch && !c.shared_a ? c.batch : 0, Lb = c.batch && !c.shared_b ? c.batch : 0;
+    const int64_t La = c.batch && !c.shared_a ? c.batch : 0,
+                  Lb = c.batch && !c.shared_b ? c.batch : 0;
     const int64_t b_rows = kn ? c.k : c.n, b_cols = kn ? c.n : c.k;
     std::vector<double> a = rng().uniform(static_cast<size_t>((La ? La : 1) * c.m * c.k), -1, 1);
-    std::vector<double> b = rng().uniform(static_cast<size_t>((Lb ? Lb : 1) * b_rows * b_cols), -1, 1);
+    std::vector<double> b =
+        rng().uniform(static_cast<size_t>((Lb ? Lb : 1) * b_rows * b_cols), -1, 1);
     DeviceTensor da = alloc_batched(c.in, La, c.m, c.k, c.k + c.pitch_pad, c.batch_pad);
     DeviceTensor db = alloc_batched(c.in, Lb, b_rows, b_cols, b_cols + c.pitch_pad, c.batch_pad);
     upload_values(da, a);
@@ -113,8 +122,10 @@ class GemmGpu : public GpuTest {
         opt.c = &dc.t;
       }
     }
-    if (c.batch) bmm(da.t, db.t, dd.t, stream(), opt);
-    else gemm(da.t, db.t, dd.t, stream(), opt);
+    if (c.batch)
+      bmm(da.t, db.t, dd.t, stream(), opt);
+    else
+      gemm(da.t, db.t, dd.t, stream(), opt);
     sync();
     std::vector<double> ref(static_cast<size_t>(L * c.m * c.n));
     for (int64_t l = 0; l < L; ++l) {
@@ -123,7 +134,8 @@ class GemmGpu : public GpuTest {
       for (int64_t i = 0; i < c.m; ++i)
         for (int64_t j = 0; j < c.n; ++j) {
           double s = 0.0;
-          for (int64_t p = 0; p < c.k; ++p) s += al[i * c.k + p] * (kn ? bl[p * c.n + j] : bl[j * c.k + p]);
+          for (int64_t p = 0; p < c.k; ++p)
+            s += al[i * c.k + p] * (kn ? bl[p * c.n + j] : bl[j * c.k + p]);
           s = s * c.alpha + (bias.empty() ? 0.0 : bias[j]);
           s = act_ref(c.act, s);
           const int64_t o = (l * c.m + i) * c.n + j;
@@ -136,8 +148,10 @@ class GemmGpu : public GpuTest {
     std::vector<uint8_t> bytes = download_bytes(dd);
     if (c.repeat_bitwise && !c.in_place_c) {
       poison(dd);
-      if (c.batch) bmm(da.t, db.t, dd.t, stream(), opt);
-      else gemm(da.t, db.t, dd.t, stream(), opt);
+      if (c.batch)
+        bmm(da.t, db.t, dd.t, stream(), opt);
+      else
+        gemm(da.t, db.t, dd.t, stream(), opt);
       sync();
       EXPECT_TRUE(download_bytes(dd) == bytes) << "second run differs";
     }
@@ -192,15 +206,42 @@ TEST_F(GemmGpu, LargeTileConfig) {
   check(mid);
 }
 
+// The 128x192 config (B (N,K)), forced through the tuning hook on ragged shapes with every
+// output dtype and the LLM epilogues, and chosen by the tile model where 128 tiles of 128x192
+// make one wave on 132 SMs (M = 509, N = 6328: neither 128x128 nor 128x256 fills a wave).
+TEST_F(GemmGpu, WideTileConfig) {
+  struct Reset {
+    ~Reset() { gemm_detail::set_tuning(-1, 0, 0); }
+  } reset;
+  gemm_detail::set_tuning(5, 0, 0);
+  check({300, 392, 200, DType::bf16, DType::bf16, BLayout::nk});
+  check({129, 200, 72, DType::f16, DType::f32, BLayout::nk});
+  Case c{385, 584, 136, DType::bf16, DType::f16, BLayout::nk, 0.5f, 1.f};
+  c.bias = Bias::f32;
+  c.act = GemmActivation::gelu_tanh;
+  check(c);
+  Case r{257, 392, 264, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f};
+  r.bias = Bias::out;
+  r.in_place_c = true;
+  check(r);
+  gemm_detail::set_tuning(-1, 0, 0);
+  check({509, 6328, 136, DType::bf16, DType::bf16, BLayout::nk});
+}
+
 // Every activation with and without bias (f32 and d's dtype) and residual, per output dtype.
 TEST_F(GemmGpu, FusedEpilogues) {
-  const GemmActivation acts[] = {GemmActivation::none, GemmActivation::relu, GemmActivation::gelu_tanh,
-                                 GemmActivation::gelu, GemmActivation::silu};
+  const GemmActivation acts[] = {GemmActivation::none, GemmActivation::relu,
+                                 GemmActivation::gelu_tanh, GemmActivation::gelu,
+                                 GemmActivation::silu};
   int i = 0;
   for (DType out : {DType::bf16, DType::f16, DType::f32})
     for (GemmActivation act : acts)
       for (Bias bias : {Bias::none, Bias::f32, Bias::out}) {
-        Case c{i % 2 ? 127 : 300, 136, 200, out == DType::f16 ? DType::f16 : DType::bf16, out,
+        Case c{i % 2 ? 127 : 300,
+               136,
+               200,
+               out == DType::f16 ? DType::f16 : DType::bf16,
+               out,
                i % 3 == 2 ? BLayout::kn : BLayout::nk};
         c.bias = bias;
         c.act = act;
@@ -323,8 +364,10 @@ void expect_error(const Tensor& a, const Tensor& b, Tensor d, const GemmOptions&
                   const std::string& arg, const std::string& needle, bool batched = false) {
   const char* op = batched ? "bmm" : "gemm";
   try {
-    if (batched) bmm(a, b, d, nullptr, opt);
-    else gemm(a, b, d, nullptr, opt);
+    if (batched)
+      bmm(a, b, d, nullptr, opt);
+    else
+      gemm(a, b, d, nullptr, opt);
     ADD_FAILURE() << "expected tessel::Error mentioning " << needle;
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -340,12 +383,12 @@ TEST(GemmErrors, RejectsBadArguments) {
   GemmOptions kn;
   kn.b_layout = BLayout::kn;
   // N or K not a multiple of 8
-  expect_error(fake(DType::bf16, {16, 12}), fake(DType::bf16, {16, 12}), fake(DType::bf16, {16, 16}),
-               nk, "a", "multiple of 8");
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {12, 16}), fake(DType::bf16, {16, 12}),
-               nk, "b", "multiple of 8");
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 20}), fake(DType::bf16, {16, 20}),
-               kn, "b", "multiple of 8");
+  expect_error(fake(DType::bf16, {16, 12}), fake(DType::bf16, {16, 12}),
+               fake(DType::bf16, {16, 16}), nk, "a", "multiple of 8");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {12, 16}),
+               fake(DType::bf16, {16, 12}), nk, "b", "multiple of 8");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 20}),
+               fake(DType::bf16, {16, 20}), kn, "b", "multiple of 8");
   // dtype mismatch / unsupported
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::f16, {16, 16}), fake(DType::bf16, {16, 16}),
                nk, "b", "bf16");
@@ -354,49 +397,49 @@ TEST(GemmErrors, RejectsBadArguments) {
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::i32, {16, 16}),
                nk, "d", "i32");
   // shape mismatch
-  expect_error(fake(DType::bf16, {16, 32}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               nk, "b", "K = 32");
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 16}),
-               nk, "d", "(16, 24)");
+  expect_error(fake(DType::bf16, {16, 32}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), nk, "b", "K = 32");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}),
+               fake(DType::bf16, {16, 16}), nk, "d", "(16, 24)");
   // beta without c, c of the wrong dtype / shape
   GemmOptions beta;
   beta.beta = 1.f;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               beta, "c", "beta");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), beta, "c", "beta");
   Tensor c32 = fake(DType::f32, {16, 16});
   beta.c = &c32;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               beta, "c", "f32");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), beta, "c", "f32");
   Tensor c_small = fake(DType::bf16, {8, 16});
   beta.c = &c_small;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               beta, "c", "(8, 16)");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), beta, "c", "(8, 16)");
   // rank
-  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               nk, "a", "3");
+  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), nk, "a", "3");
   // bias: wrong length, rank, dtype
   GemmOptions bo;
   Tensor bias_short = fake(DType::f32, {8});
   bo.bias = &bias_short;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 24}),
-               bo, "bias", "(24,)");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}),
+               fake(DType::bf16, {16, 24}), bo, "bias", "(24,)");
   Tensor bias_2d = fake(DType::f32, {1, 24});
   bo.bias = &bias_2d;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 24}),
-               bo, "bias", "(24,)");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}),
+               fake(DType::bf16, {16, 24}), bo, "bias", "(24,)");
   Tensor bias_f16 = fake(DType::f16, {24});
   bo.bias = &bias_f16;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}), fake(DType::bf16, {16, 24}),
-               bo, "bias", "f16");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {24, 16}),
+               fake(DType::bf16, {16, 24}), bo, "bias", "f16");
   // activation / split_k out of range
   GemmOptions bad_act;
   bad_act.activation = static_cast<GemmActivation>(9);
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               bad_act, "activation", "9");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), bad_act, "activation", "9");
   GemmOptions bad_split;
   bad_split.split_k = -2;
-  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
-               bad_split, "split_k", "-2");
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), bad_split, "split_k", "-2");
   // pitch not a multiple of 8
   Tensor a_pitch = fake(DType::bf16, {16, 16});
   a_pitch.strides[0] = 20;
@@ -406,13 +449,13 @@ TEST(GemmErrors, RejectsBadArguments) {
 TEST(GemmErrors, RejectsBadBatchedArguments) {
   const GemmOptions nk{};
   // d must be 3-D
-  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {16, 16}),
-               nk, "d", "3-D", true);
+  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}),
+               fake(DType::bf16, {16, 16}), nk, "d", "3-D", true);
   // batch mismatch
-  expect_error(fake(DType::bf16, {3, 16, 16}), fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {2, 16, 16}),
-               nk, "a", "batch 2", true);
-  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {3, 16, 16}), fake(DType::bf16, {2, 16, 16}),
-               nk, "b", "batch 2", true);
+  expect_error(fake(DType::bf16, {3, 16, 16}), fake(DType::bf16, {2, 16, 16}),
+               fake(DType::bf16, {2, 16, 16}), nk, "a", "batch 2", true);
+  expect_error(fake(DType::bf16, {2, 16, 16}), fake(DType::bf16, {3, 16, 16}),
+               fake(DType::bf16, {2, 16, 16}), nk, "b", "batch 2", true);
   // batch stride not a multiple of 8
   Tensor a_odd = fake(DType::bf16, {2, 16, 16});
   a_odd.strides[0] = 260;

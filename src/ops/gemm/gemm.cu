@@ -42,6 +42,10 @@ using gemm_detail::kFlat;
 using gemm_detail::kMid;
 using gemm_detail::kSmall;
 using gemm_detail::kSmallN2;
+using gemm_detail::kWide;
+
+// Full-wave rate of the 128x192 config for the tile model in plan_for (TFLOP/s, H100 sweep).
+constexpr double kWideRate = 770;
 
 // Tuning hooks (gemm_detail::set_tuning): forced tile config / splits / raster group.
 int g_force_cfg = -1, g_force_splits = 0, g_force_group = 0;
@@ -83,19 +87,25 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
       double rate;
       int64_t tiles, slots;
       bool ok;
+      int64_t bn;
     };
+    // 128x192: rate from the same kind of sweep (TESSEL_GEMM_SWEEP_SHAPES, cfg 5).
     const Candidate cands[] = {
-        {kBig, 800, cluster_tiles, std::max(1, sms / 2), tm >= 2 && wide_ok},
-        {kMid, 740, t128, sms, true},
-        {kFlat, 580, cdiv(M, 64) * cdiv(N, 128) * L, sms, true},
-        {kSmall, 560, t64, sms, true},
+        {kBig, 800, cluster_tiles, std::max(1, sms / 2), tm >= 2 && wide_ok, 256},
+        {kMid, 740, t128, sms, true, 128},
+        {kWide, kWideRate, tm * cdiv(N, 192) * L, sms, true, 192},
+        {kFlat, 580, cdiv(M, 64) * cdiv(N, 128) * L, sms, true, 128},
+        {kSmall, 560, t64, sms, true, 64},
     };
     double best = -1;
     for (const Candidate& c : cands) {
       if (!c.ok) continue;
       const int64_t waves = cdiv(c.tiles, c.slots);
+      // x the share of the tiles' columns inside N (a 192-wide tile wastes a third of its last
+      // column block at N = 4096)
+      const double cols = static_cast<double>(N) / static_cast<double>(cdiv(N, c.bn) * c.bn);
       const double rate =
-          c.rate * static_cast<double>(c.tiles) / static_cast<double>(waves * c.slots);
+          c.rate * cols * static_cast<double>(c.tiles) / static_cast<double>(waves * c.slots);
       if (rate > best) best = rate, pl.cfg = c.cfg;
     }
     pl.splits = 1;
@@ -372,11 +382,11 @@ float* splitk_partials(cudaStream_t stream, size_t bytes) {
 }
 
 // Tuning hooks for benchmarks (not public API): cfg 0 = 128x256 cluster, 1 = 128x128,
-// 2 = 128x64, 3 = 128x64 in clusters of 2 along N, 4 = 64x128 (3 and 4: B (N,K); B (K,N)
-// runs 2) (-1: heuristic); splits (0: heuristic); cluster-tile rows per raster group
-// (0: default 8).
+// 2 = 128x64, 3 = 128x64 in clusters of 2 along N, 4 = 64x128, 5 = 128x192 (3, 4, 5: B (N,K);
+// B (K,N) runs 2 for 3, 4 and 1 for 5) (-1: heuristic); splits (0: heuristic); cluster-tile rows
+// per raster group (0: default 8).
 void set_tuning(int cfg, int splits, int group) {
-  g_force_cfg = cfg >= 0 && cfg <= 4 ? cfg : -1;
+  g_force_cfg = cfg >= 0 && cfg <= 5 ? cfg : -1;
   g_force_splits = splits > 0 ? splits : 0;
   g_force_group = group > 0 ? group : 0;
 }

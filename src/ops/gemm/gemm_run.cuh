@@ -33,7 +33,14 @@ using SmallTileN2 = GemmConfig<T, Major::K, 128, 64, 64, 8, 1, 2>;
 template <class T>
 using FlatTile = GemmConfig<T, Major::K, 64, 128, 64, 8, 1>;
 
-enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2, kSmallN2 = 3, kFlat = 4 };
+// 128x192 tiles (two consumer warpgroups of 64 x 192, 4 stages: 160 KB + 32 KB of store
+// boxes): N = 6144-class prefill shapes, where 128 tiles of 128x192 fill the H100's 132 SMs
+// in one wave and neither 128x128 (192 tiles: 1.45 waves) nor 128x256 clusters (48 cluster
+// tiles on 66 slots) do. B (N,K) only; no split-K (BN > 128).
+template <class T>
+using WideTile = GemmConfig<T, Major::K, 128, 192, 64, 4, 1>;
+
+enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2, kSmallN2 = 3, kFlat = 4, kWide = 5 };
 
 // Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu).
 float* splitk_partials(cudaStream_t stream, size_t bytes);
@@ -46,7 +53,8 @@ void launch(const GemmOperands& ops, const CUtensorMap& tma_d, GemmParams p, int
     constexpr size_t CS = Cfg::ClusterSize;
     const TileScheduler sched(p.m, p.n, Cfg::BM * Cfg::ClusterM, Cfg::BN * Cfg::ClusterN, p.group,
                               p.batches, p.splits);
-    p.partials = splitk_partials(stream, static_cast<size_t>(sched.units()) * CS * Cfg::BM * Cfg::BN * sizeof(float));
+    p.partials = splitk_partials(
+        stream, static_cast<size_t>(sched.units()) * CS * Cfg::BM * Cfg::BN * sizeof(float));
     p.counters = static_cast<int*>(
         detail::stream_workspace(stream, static_cast<size_t>(sched.tiles()) * CS * sizeof(int)));
   }
@@ -59,8 +67,11 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
   if (kn) {
     switch (cfg) {
       case kBig: launch<BigTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
-      case kMid: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
-      default: launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;  // kSmall, kSmallN2, kFlat
+      case kMid:
+      case kWide: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
+      default:
+        launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream);
+        break;  // kSmall, kSmallN2, kFlat
     }
   } else {
     switch (cfg) {
@@ -68,6 +79,7 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
       case kMid: launch<MidTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
       case kSmallN2: launch<SmallTileN2<T>>(ops, tma_d, p, sms, stream); break;
       case kFlat: launch<FlatTile<T>>(ops, tma_d, p, sms, stream); break;
+      case kWide: launch<WideTile<T>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
     }
   }
