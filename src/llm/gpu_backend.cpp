@@ -638,6 +638,7 @@ class GpuBackend final : public Backend {
   // 600-token sequence in a 128k-token table still spreads over the SMs). Rounded up to a power
   // of two: a recorded step stays valid while the lengths stay in its bucket (graph key).
   int64_t plan_len() const {
+    if (!plan_decode_) return 0;  // TESSEL_DECODE_PLAN=0: plan for the table's capacity
     int64_t longest = 0;
     for (const Run& r : runs_) longest = std::max<int64_t>(longest, r.seqlen);
     int64_t p = 64;
@@ -782,6 +783,10 @@ class GpuBackend final : public Backend {
   bool graphs_enabled_ = true;
   bool dependent_launch_ = true;  // TESSEL_DEPENDENT_LAUNCH=0 turns it off
   OpProfile profile_;             // TESSEL_PROFILE_OPS=1
+  const bool plan_decode_ = [] {  // TESSEL_DECODE_PLAN=0: no max_seqlen hint (A/B)
+    const char* e = std::getenv("TESSEL_DECODE_PLAN");
+    return !(e && std::string(e) == "0");
+  }();
   const bool fuse_swiglu_ = [] {  // TESSEL_FUSE_SWIGLU=0: separate activation launch
     const char* e = std::getenv("TESSEL_FUSE_SWIGLU");
     return !(e && std::string(e) == "0");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -243,11 +244,22 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
         stream, sizeof(float) * static_cast<size_t>(splits * rows_global * (C::DV + 1)));
     a.part_o = p;
     a.part_lse = p + splits * rows_global * C::DV;
-    // One wave (latency-bound: short sequences, small batches): the last split CTA of each row
-    // block merges, saving the combine launch. Several waves: a separate combine launch, so
-    // no CTA of a full wave carries a merge tail.
+    // The last split CTA of each row block merges when the grid is one wave and every split
+    // is long (>= 8 tiles of the planned length): the merge tail is then small next to the
+    // split's work and the combine launch is saved (MLA H = 16, B = 64, 8192 tokens: 0.834 ->
+    // 0.886 of copy). Several waves, or short splits (engine decode: 1-5 tiles per split, where
+    // the in-kernel merge measured 3% slower at batch 16 and no faster at batch 1): a separate
+    // combine launch.
+    // TESSEL_DECODE_MERGE=0: always the combine launch (A/B, debugging).
+    static const bool merge_allowed = [] {
+      const char* e = std::getenv("TESSEL_DECODE_MERGE");
+      return !(e && e[0] == '0');
+    }();
+    const int64_t plan = a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity;
     const bool merge_in_kernel =
-        static_cast<int64_t>(splits) * base <= int64_t{detail::current_sm_count()} * ctas_per_sm;
+        merge_allowed &&
+        static_cast<int64_t>(splits) * base <= int64_t{detail::current_sm_count()} * ctas_per_sm &&
+        plan / splits >= 8 * C::TILE;
     a.tickets = merge_in_kernel ? ticket_scratch(stream, static_cast<size_t>(base)) : nullptr;
   } else {
     a.part_o = nullptr;
