@@ -48,8 +48,9 @@ struct KernelArgs {
   float* lse;     // (B, Sq, Hq) or null (written only without splits)
   float* part_o;  // (splits, B·Sq·Hq, DV) or null: no splits
   float* part_lse;
-  // With splits: one counter per (sequence, KV head, row block), zero between calls. The last
-  // split CTA to finish merges the partials itself (no combine launch) and resets its counter.
+  // Merge in the kernel (null: combine launch): one counter per (sequence, KV head, row block)
+  // in the stream's zeroed workspace (runtime/workspace.hpp); the last split CTA to finish
+  // merges the partials and resets its counter to zero.
   unsigned* tickets;
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)

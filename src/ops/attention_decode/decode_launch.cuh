@@ -45,34 +45,6 @@ inline float* partials_scratch(cudaStream_t stream, size_t bytes) {
   return static_cast<float*>(s.ptr);
 }
 
-// Split counters of the merge-in-kernel (KernelArgs::tickets): per (device, stream), zeroed
-// when allocated; every call leaves them zero again. Grown outside graph capture only (the
-// first call of a shape runs eagerly in the engine; see partials_scratch).
-inline unsigned* ticket_scratch(cudaStream_t stream, size_t count) {
-  struct Slot {
-    void* ptr = nullptr;
-    size_t count = 0;
-  };
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, Slot> slots;
-  int dev = 0;
-  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  Slot& s = slots[{dev, stream}];
-  if (s.count < count) {
-    if (s.ptr) {
-      TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
-      TESSEL_CUDA_CHECK(cudaFree(s.ptr));
-      s = Slot{};
-    }
-    const size_t want = std::max<size_t>(count, 4096);
-    TESSEL_CUDA_CHECK(cudaMalloc(&s.ptr, want * sizeof(unsigned)));
-    TESSEL_CUDA_CHECK(cudaMemsetAsync(s.ptr, 0, want * sizeof(unsigned), stream));
-    s.count = want;
-  }
-  return static_cast<unsigned*>(s.ptr);
-}
-
 // Non-negative strides, unit last stride, other strides multiples of 8 elements and a 16-byte
 // aligned pointer (every kernel access is a 16-byte vector).
 inline void check_vector_layout(const detail::OpCheck& chk, const char* arg, const Tensor& t) {
@@ -260,7 +232,9 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
         merge_allowed &&
         static_cast<int64_t>(splits) * base <= int64_t{detail::current_sm_count()} * ctas_per_sm &&
         plan / splits >= 8 * C::TILE;
-    a.tickets = merge_in_kernel ? ticket_scratch(stream, static_cast<size_t>(base)) : nullptr;
+    a.tickets = merge_in_kernel ? static_cast<unsigned*>(detail::stream_workspace(
+                                      stream, static_cast<size_t>(base) * sizeof(unsigned)))
+                                : nullptr;
   } else {
     a.part_o = nullptr;
     a.part_lse = nullptr;
