@@ -347,6 +347,11 @@ TEST(DecodeAttentionErrors, CApi) {
   EXPECT_EQ(tessel_decode_attention(&q, &k, &v, nullptr, &sl, &out, nullptr, &p, nullptr),
             TESSEL_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tessel_last_error()).find("params.softcap"), std::string::npos);
+  p.softcap = 0.0;
+  p.max_seqlen = -5;  // reaches DecodeParams::max_seqlen through the C ABI
+  EXPECT_EQ(tessel_decode_attention(&q, &k, &v, nullptr, &sl, &out, nullptr, &p, nullptr),
+            TESSEL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tessel_last_error()).find("params.max_seqlen"), std::string::npos);
   tessel_tensor_t ql = ct(bf16, {2, 1, 16, 512}, 0, true), qr = ct(bf16, {2, 1, 16, 64}, 1),
                   cache = ct(bf16, {2, 64, 576}, 2), mo = ct(bf16, {2, 1, 16, 512}, 4);
   EXPECT_EQ(tessel_mla_decode(&ql, &qr, &cache, nullptr, &sl, &mo, nullptr, nullptr, nullptr),

@@ -17,6 +17,8 @@ typedef struct tessel_decode_params_t {
   double softcap;       /* 0: off */
   int32_t num_splits;   /* 0: heuristic from the SM count */
   int32_t check_inputs; /* != 0: range-check seqlens / block_table, synchronize, fail clearly */
+  int64_t max_seqlen;   /* longest sequence known to the caller, for the split plan only; 0: the
+                           cache capacity (see DecodeParams::max_seqlen) */
 } tessel_decode_params_t;
 
 tessel_status_t tessel_decode_attention(const tessel_tensor_t* q, const tessel_tensor_t* k_cache,

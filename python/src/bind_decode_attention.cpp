@@ -28,8 +28,8 @@ void bind_decode_attention(nb::module_& m) {
   m.def(
       "decode_attention",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle seqlens, nb::handle o, nb::handle lse,
-         nb::handle block_table, double scale, double softcap, int num_splits, bool check_inputs,
-         nb::handle stream) {
+         nb::handle block_table, double scale, double softcap, int num_splits, int64_t max_seqlen,
+         bool check_inputs, nb::handle stream) {
         const char* op = "decode_attention";
         Arg tq = in(op, "q", q), tk = in(op, "k_cache", k), tv = in(op, "v_cache", v),
             ts = in(op, "seqlens", seqlens), to = out(op, "out", o);
@@ -40,6 +40,7 @@ void bind_decode_attention(nb::module_& m) {
         p.scale = scale;
         p.softcap = softcap;
         p.num_splits = num_splits;
+        p.max_seqlen = max_seqlen;
         p.check_inputs = check_inputs;
         p.block_table = tb ? &tb->t : nullptr;
         nb::gil_scoped_release nogil;
@@ -47,7 +48,8 @@ void bind_decode_attention(nb::module_& m) {
       },
       "q"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "seqlens"_a.none(), "out"_a.none(),
       "lse"_a.none() = nb::none(), "block_table"_a.none() = nb::none(), "scale"_a = 0.0,
-      "softcap"_a = 0.0, "num_splits"_a = 0, "check_inputs"_a = false, "stream"_a.none() = 0);
+      "softcap"_a = 0.0, "num_splits"_a = 0, "max_seqlen"_a = 0, "check_inputs"_a = false,
+      "stream"_a.none() = 0);
   m.def(
       "append_kv",
       [](nb::handle kn, nb::handle vn, nb::handle kc, nb::handle vc, nb::handle seqlens,
@@ -66,8 +68,8 @@ void bind_decode_attention(nb::module_& m) {
   m.def(
       "mla_decode",
       [](nb::handle ql, nb::handle qr, nb::handle cache, nb::handle seqlens, nb::handle o,
-         nb::handle lse, nb::handle block_table, double scale, int num_splits, bool check_inputs,
-         nb::handle stream) {
+         nb::handle lse, nb::handle block_table, double scale, int num_splits, int64_t max_seqlen,
+         bool check_inputs, nb::handle stream) {
         const char* op = "mla_decode";
         Arg tql = in(op, "q_latent", ql), tqr = in(op, "q_rope", qr),
             tc = in(op, "latent_cache", cache), ts = in(op, "seqlens", seqlens),
@@ -78,6 +80,7 @@ void bind_decode_attention(nb::module_& m) {
         tessel::DecodeParams p;
         p.scale = scale;
         p.num_splits = num_splits;
+        p.max_seqlen = max_seqlen;
         p.check_inputs = check_inputs;
         p.block_table = tb ? &tb->t : nullptr;
         nb::gil_scoped_release nogil;
@@ -85,7 +88,8 @@ void bind_decode_attention(nb::module_& m) {
       },
       "q_latent"_a.none(), "q_rope"_a.none(), "latent_cache"_a.none(), "seqlens"_a.none(),
       "out"_a.none(), "lse"_a.none() = nb::none(), "block_table"_a.none() = nb::none(),
-      "scale"_a = 0.0, "num_splits"_a = 0, "check_inputs"_a = false, "stream"_a.none() = 0);
+      "scale"_a = 0.0, "num_splits"_a = 0, "max_seqlen"_a = 0, "check_inputs"_a = false,
+      "stream"_a.none() = 0);
   m.def(
       "append_latent",
       [](nb::handle cn, nb::handle cache, nb::handle seqlens, nb::handle block_table,

@@ -25,13 +25,15 @@ def _opt(t):
 
 
 def decode_attention(q, k_cache, v_cache, seqlens, out, lse=None, block_table=None, scale=0.0,
-                     softcap=0.0, num_splits=0, check_inputs=False, stream=None) -> None:
+                     softcap=0.0, num_splits=0, check_inputs=False, stream=None,
+                     max_seqlen=0) -> None:
     """``out = softmax(scale · q kᵀ [soft-capped], causal over the new tokens) v`` per query head;
-    GQA when Hq is a multiple of Hkv. ``scale`` 0: 1/sqrt(D); ``num_splits`` 0: heuristic."""
+    GQA when Hq is a multiple of Hkv. ``scale`` 0: 1/sqrt(D); ``num_splits`` 0: heuristic;
+    ``max_seqlen`` (0: the cache capacity): the longest sequence, for the split plan only."""
     _tessel.decode_attention(_plain(q), _plain(k_cache), _plain(v_cache), _plain(seqlens),
                              _plain(out), _opt(lse), _opt(block_table), float(scale),
-                             float(softcap), int(num_splits), bool(check_inputs),
-                             _stream_for((q,), stream))
+                             float(softcap), int(num_splits), int(max_seqlen),
+                             bool(check_inputs), _stream_for((q,), stream))
 
 
 def append_kv(k_new, v_new, k_cache, v_cache, seqlens, block_table=None, check_inputs=False,
@@ -43,13 +45,13 @@ def append_kv(k_new, v_new, k_cache, v_cache, seqlens, block_table=None, check_i
 
 
 def mla_decode(q_latent, q_rope, latent_cache, seqlens, out, lse=None, block_table=None,
-               scale=0.0, num_splits=0, check_inputs=False, stream=None) -> None:
+               scale=0.0, num_splits=0, check_inputs=False, stream=None, max_seqlen=0) -> None:
     """MLA absorbed decode: ``q_latent (B, Sq, H, 512)``, ``q_rope (B, Sq, H, 64)``, latent cache
     ``(num_pages, page_size, 576)`` (or ``(B, Smax, 576)``) of rows ``[c | k_rope]``;
     ``out (B, Sq, H, 512) = softmax(scale · (q_latent·c + q_rope·k_rope)) · c``."""
     _tessel.mla_decode(_plain(q_latent), _plain(q_rope), _plain(latent_cache), _plain(seqlens),
                        _plain(out), _opt(lse), _opt(block_table), float(scale), int(num_splits),
-                       bool(check_inputs), _stream_for((q_latent,), stream))
+                       int(max_seqlen), bool(check_inputs), _stream_for((q_latent,), stream))
 
 
 def append_latent(c_new, latent_cache, seqlens, block_table=None, check_inputs=False,

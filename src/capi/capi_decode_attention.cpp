@@ -18,6 +18,7 @@ tessel::DecodeParams params_of(const tessel_decode_params_t* p) {
     r.softcap = p->softcap;
     r.num_splits = p->num_splits;
     r.check_inputs = p->check_inputs != 0;
+    r.max_seqlen = p->max_seqlen;
   }
   return r;
 }

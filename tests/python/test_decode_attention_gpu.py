@@ -100,6 +100,11 @@ def test_softcap_and_splits():
     tessel.decode_attention(q, k, v, lens, out, softcap=20.0, num_splits=5, scale=0.2)
     torch.testing.assert_close(out.double(), sdpa_reference(q, k, v, lens, 0.2, 20.0),
                                **TOL[torch.bfloat16])
+    # max_seqlen only plans the splits: a hint far below the real lengths changes nothing
+    out.fill_(float("nan"))
+    tessel.decode_attention(q, k, v, lens, out, softcap=20.0, scale=0.2, max_seqlen=64)
+    torch.testing.assert_close(out.double(), sdpa_reference(q, k, v, lens, 0.2, 20.0),
+                               **TOL[torch.bfloat16])
 
 
 def test_append_then_decode_paged():
