@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -207,7 +208,11 @@ int run(const Options& opt, bool demo) {
     TESSEL_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     std::cout << "tessel " << (demo ? "demo" : "bench") << " on " << gpu << " (commit " << commit
               << ", " << date << ", median of " << opt.iters << " after " << opt.warmup
-              << " warm-up, L2 flushed)\n";
+              << " warm-up, L2 flushed"
+              << (std::getenv("TESSEL_BENCH_HOLD") && std::string(std::getenv("TESSEL_BENCH_HOLD")) == "0"
+                      ? ""
+                      : ", stream held while enqueuing")
+              << ")\n";
     bench::MeasureOptions mo;
     mo.iters = opt.iters;
     mo.warmup = opt.warmup;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -38,7 +39,15 @@ Timer::Timer(cudaStream_t stream) : stream_(stream) {
   TESSEL_BENCH_CUDA(cudaMemset(scratch_, 0, scratch_bytes_));
 }
 
-Timer::~Timer() { cudaFree(scratch_); }
+Timer::~Timer() {
+  cudaFree(scratch_);
+  if (hold_flag_) cudaFreeHost(const_cast<int*>(hold_flag_));
+}
+
+static bool hold_enabled() {
+  const char* v = std::getenv("TESSEL_BENCH_HOLD");
+  return !(v && v[0] == '0' && v[1] == 0);
+}
 
 namespace {
 // Reads the scratch buffer (2x L2) so that L2 holds only clean lines of it afterwards. A
@@ -53,6 +62,23 @@ __global__ void l2_flush_read(const uint4* __restrict__ p, size_t n, uint4* sink
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0xdeadbeefu) sink[0] = make_uint4(acc, acc, acc, acc);
+}
+
+// Spins until the host sets *flag (mapped pinned memory) or `timeout_ns` of GPU time pass;
+// the timeout turns a benchmark body that synchronizes on the host (which would deadlock
+// behind the hold) into an unheld measurement instead of a hang.
+__global__ void hold_until_released(const volatile int* flag, int* timed_out,
+                                    unsigned long long timeout_ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (*flag == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > timeout_ns) {
+      *timed_out = 1;
+      return;
+    }
+    __nanosleep(1000);
+  }
 }
 }  // namespace
 
@@ -75,14 +101,48 @@ double Timer::measure(const std::function<void()>& fn, const MeasureOptions& opt
     TESSEL_BENCH_CUDA(cudaEventCreate(&stop[i]));
   }
   std::vector<double> ms(iters);
+  const bool hold = opt.hold && hold_enabled();
+  if (hold && !hold_flag_) {
+    int* p = nullptr;
+    TESSEL_BENCH_CUDA(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped));
+    hold_flag_ = p;
+    hold_timed_out_ = p + 1;
+  }
   try {
+    int* flag_dev = nullptr;
+    int* timed_out_dev = nullptr;
+    if (hold) {
+      *hold_flag_ = 0;
+      *hold_timed_out_ = 0;
+      TESSEL_BENCH_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_dev),
+                                                 const_cast<int*>(hold_flag_), 0));
+      timed_out_dev = flag_dev + 1;
+      hold_until_released<<<1, 1, 0, stream_>>>(flag_dev, timed_out_dev, 2000000000ull);
+      TESSEL_BENCH_CUDA(cudaGetLastError());
+    }
+    std::vector<double> host_us(iters);
     for (int i = 0; i < iters; ++i) {
       if (opt.flush_l2) flush();
       TESSEL_BENCH_CUDA(cudaEventRecord(start[i], stream_));
+      const auto t0 = std::chrono::steady_clock::now();
       fn();
+      host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                       .count();
       TESSEL_BENCH_CUDA(cudaEventRecord(stop[i], stream_));
     }
+    if (const char* v = std::getenv("TESSEL_BENCH_HOST_TIMES"); v && v[0] == '1') {
+      std::sort(host_us.begin(), host_us.end());
+      std::fprintf(stderr, "tessel bench: host enqueue of one body: median %.1f us, max %.1f us\n",
+                   host_us[iters / 2], host_us.back());
+    }
+    if (hold) {
+      __atomic_store_n(const_cast<int*>(hold_flag_), 1, __ATOMIC_SEQ_CST);
+    }
     TESSEL_BENCH_CUDA(cudaStreamSynchronize(stream_));
+    if (hold && *hold_timed_out_) {
+      std::fprintf(stderr,
+                   "tessel bench: the measured body waited on the host; timed unheld instead\n");
+    }
     TESSEL_BENCH_CUDA(cudaGetLastError());
     for (int i = 0; i < iters; ++i) {
       float t = 0.f;
@@ -90,6 +150,7 @@ double Timer::measure(const std::function<void()>& fn, const MeasureOptions& opt
       ms[i] = t;
     }
   } catch (...) {
+    if (hold) __atomic_store_n(const_cast<int*>(hold_flag_), 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < iters; ++i) {
       cudaEventDestroy(start[i]);
       cudaEventDestroy(stop[i]);

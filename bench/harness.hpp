@@ -36,6 +36,11 @@ struct MeasureOptions {
   int warmup = 3;
   int iters = 20;
   bool flush_l2 = true;
+  // Hold the stream with a kernel that waits on a host flag while every timed iteration is
+  // enqueued (as nvbench's blocking kernel does), so the host's launch cost (validation,
+  // TMA descriptors, cudaLaunchKernelEx) never leaves the GPU idle between a pair of events.
+  // On by default; TESSEL_BENCH_HOLD=0 turns it off.
+  bool hold = true;
 };
 
 // One row of the results table and of the JSON file.
@@ -76,6 +81,8 @@ class Timer {
  private:
   void flush();
   cudaStream_t stream_;
+  volatile int* hold_flag_ = nullptr;  // mapped pinned memory: 0 = wait, 1 = release
+  int* hold_timed_out_ = nullptr;      // set by the hold kernel if the host never released it
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };
@@ -85,6 +92,7 @@ struct RunOptions {
   int warmup = 3;
   bool verbose = false;
   std::string filter;  // comma-separated op names; empty = all
+  bool hold = true;    // MeasureOptions::hold
 };
 
 class SuiteContext {

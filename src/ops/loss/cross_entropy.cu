@@ -16,10 +16,10 @@
 //             row, an online max/sum sweep then a gradient sweep (logits read twice,
 //             3·N·V·sizeof(T) bytes; the second read mostly hits L2 for rows ≲ 256 KB).
 // Forward only where the cluster kernel does not apply (aligned rows over 1.6 MB, or 2^31
-// CTAs): independent CTAs reduce 8192-column chunks to partial (max, sum-exp, Σx) and one warp per row merges them.
-// Per-row losses go to fp32 scratch; a one-block finalize kernel writes the reduced loss in
-// a fixed order (deterministic). Mean needs the non-ignored count before the gradient: a
-// one-block count kernel runs first.
+// CTAs): independent CTAs reduce 8192-column chunks to partial (max, sum-exp, Σx) and one warp per
+// row merges them. Per-row losses go to fp32 scratch; a one-block finalize kernel writes the
+// reduced loss in a fixed order (deterministic). Mean needs the non-ignored count before the
+// gradient: a one-block count kernel runs first.
 #include <cooperative_groups.h>
 
 #include <type_traits>
@@ -27,6 +27,7 @@
 #include "ops/bulk_copy.cuh"
 #include "ops/loss/loss_internal.hpp"
 #include "ops/rows.cuh"
+#include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/loss.hpp"
 
@@ -59,11 +60,11 @@ __device__ __forceinline__ int64_t load_target(const CeArgs& a, int64_t row) {
 
 // Per-row constants once the row's statistics are known.
 struct RowFinish {
-  float m;        // max
-  float inv;      // scale / S  (0 on ignored rows)
-  float sub;      // scale · ε / V (0 on ignored rows)
-  float hit;      // scale · (1 - ε), subtracted at the target column (0 on ignored rows)
-  int64_t t;      // target column (-1 if none)
+  float m;    // max
+  float inv;  // scale / S  (0 on ignored rows)
+  float sub;  // scale · ε / V (0 on ignored rows)
+  float hit;  // scale · (1 - ε), subtracted at the target column (0 on ignored rows)
+  int64_t t;  // target column (-1 if none)
 };
 
 __device__ __forceinline__ float grad_scale(const CeArgs& a) {
@@ -79,9 +80,12 @@ __device__ __forceinline__ RowFinish finish_row(const CeArgs& a, int64_t t, floa
   const bool valid = !ignored && t >= 0 && t < a.cols;
   const float eps = a.smoothing;
   const float lse = m + logf(s);
-  if (ignored) *loss = 0.f;
-  else if (!valid) *loss = __int_as_float(0x7fc00000);
-  else *loss = lse - (1.f - eps) * xt - (eps / static_cast<float>(a.cols)) * sumx;
+  if (ignored)
+    *loss = 0.f;
+  else if (!valid)
+    *loss = __int_as_float(0x7fc00000);
+  else
+    *loss = lse - (1.f - eps) * xt - (eps / static_cast<float>(a.cols)) * sumx;
   const float scale = ignored ? 0.f : grad_scale(a);
   f.inv = scale / s;
   f.sub = scale * eps / static_cast<float>(a.cols);
@@ -177,8 +181,10 @@ __device__ __forceinline__ Frag<T, VEC> pack_frag(const float (&g)[VEC]) {
     Pair<T>* q = reinterpret_cast<Pair<T>*>(o.v);
 #pragma unroll
     for (int k = 0; k < VEC / 2; ++k) {
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) q[k] = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
-      else q[k] = __floats2half2_rn(g[2 * k], g[2 * k + 1]);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        q[k] = __floats2bfloat162_rn(g[2 * k], g[2 * k + 1]);
+      else
+        q[k] = __floats2half2_rn(g[2 * k], g[2 * k + 1]);
     }
   }
   return o;
@@ -520,34 +526,24 @@ bool try_cluster(const CeArgs& a, cudaStream_t stream) {
   if (cudaFuncSetAttribute(ce_cluster_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess)
     return false;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(a.rows * csize));
-  cfg.blockDim = dim3(kClusterBlock);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T>, a, static_cast<int>(chunk)) == cudaSuccess;
+  return detail::launch_cluster(ce_cluster_kernel<T>, dim3(static_cast<unsigned>(a.rows * csize)),
+                                dim3(kClusterBlock), static_cast<size_t>(smem),
+                                static_cast<int>(csize), stream, a,
+                                static_cast<int>(chunk)) == cudaSuccess;
 }
 
 }  // namespace
 
 void ce_launch(const CeLaunch& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  CeArgs a{p.x,     p.dx,          p.rows,         p.cols,      p.x_pitch, p.dx_pitch,
-           p.targets, p.targets_i64, p.ignore_index, p.smoothing, p.grad_scale, p.count,
-           p.row_loss};
+  CeArgs a{p.x,          p.dx,      p.rows,        p.cols,         p.x_pitch,
+           p.dx_pitch,   p.targets, p.targets_i64, p.ignore_index, p.smoothing,
+           p.grad_scale, p.count,   p.row_loss};
   dispatch_float_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vec_ok =
-        p.dx != nullptr
-            ? rows_vectorizable<T>(p.cols, {{p.x, p.x_pitch}, {p.dx, p.dx_pitch}})
-            : rows_vectorizable<T>(p.cols, {{p.x, p.x_pitch}});
+    const bool vec_ok = p.dx != nullptr
+                            ? rows_vectorizable<T>(p.cols, {{p.x, p.x_pitch}, {p.dx, p.dx_pitch}})
+                            : rows_vectorizable<T>(p.cols, {{p.x, p.x_pitch}});
     const bool grouped = dispatch_row_config<kVec16<T>>(p.cols, vec_ok, [&](auto cfg) {
       using Cfg = decltype(cfg);
       ce_group_kernel<T, Cfg><<<row_grid<Cfg>(p.rows), Cfg::BLOCK, 0, stream>>>(a);
@@ -563,8 +559,10 @@ void ce_launch(const CeLaunch& p, cudaStream_t stream) {
     }
     const unsigned grid =
         static_cast<unsigned>(std::min<int64_t>(p.rows, int64_t{current_sm_count()} * 64));
-    if (vec_ok) ce_stream_kernel<T, kVec16<T>><<<grid, kStreamBlock, 0, stream>>>(a);
-    else ce_stream_kernel<T, 1><<<grid, kStreamBlock, 0, stream>>>(a);
+    if (vec_ok)
+      ce_stream_kernel<T, kVec16<T>><<<grid, kStreamBlock, 0, stream>>>(a);
+    else
+      ce_stream_kernel<T, 1><<<grid, kStreamBlock, 0, stream>>>(a);
   });
 }
 
@@ -577,9 +575,8 @@ void ce_finalize(const float*, float* row_loss, float* count, int64_t n, Reducti
                  void* out, DType out_dtype, cudaStream_t stream) {
   dispatch_float_dtype(out_dtype, [&](auto tag) {
     using O = decltype(tag);
-    ce_finalize_kernel<O><<<1, kSmallBlock, 0, stream>>>(row_loss, count, n,
-                                                         static_cast<int>(reduction),
-                                                         static_cast<O*>(out));
+    ce_finalize_kernel<O><<<1, kSmallBlock, 0, stream>>>(
+        row_loss, count, n, static_cast<int>(reduction), static_cast<O*>(out));
   });
 }
 
@@ -588,8 +585,8 @@ void ce_finalize(const float*, float* row_loss, float* count, int64_t n, Reducti
 // ---- public op ---------------------------------------------------------------------------
 namespace {
 
-void check_loss_out(const detail::OpCheck& chk, const Tensor& loss, DType logits_dtype,
-                    int64_t n, Reduction reduction) {
+void check_loss_out(const detail::OpCheck& chk, const Tensor& loss, DType logits_dtype, int64_t n,
+                    Reduction reduction) {
   if (loss.dtype != DType::f32 && loss.dtype != logits_dtype)
     chk.fail("loss", std::string("dtype f32 or ") + dtype_name(logits_dtype),
              dtype_name(loss.dtype));
@@ -654,7 +651,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Te
 
   const bool mean = opt.reduction == Reduction::mean;
   // Scratch: [count, pad×3, row_loss × n], left zeroed by the finalize kernel.
-  float* ws = static_cast<float*>(detail::stream_workspace(stream, (4 + size_t(n)) * sizeof(float)));
+  float* ws =
+      static_cast<float*>(detail::stream_workspace(stream, (4 + size_t(n)) * sizeof(float)));
   float* count = ws;
   float* row_loss = ws + 4;
   if (mean)

@@ -20,6 +20,7 @@
 
 #include "ops/bulk_copy.cuh"
 #include "ops/norm/norm_kernels.cuh"
+#include "runtime/launch.cuh"
 
 namespace tessel::norm {
 
@@ -211,19 +212,9 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
       TESSEL_CUDA_CHECK(
           cudaMallocAsync(&ws, size_t(kArrays) * slots * a.cols * sizeof(float), stream));
       a.ws = static_cast<float*>(ws);
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-      cfg.blockDim = dim3(kStagedBlock);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      TESSEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, stages));
+      TESSEL_CUDA_CHECK(detail::launch_cluster(kernel, dim3(static_cast<unsigned>(ctas)),
+                                               dim3(kStagedBlock), smem, static_cast<int>(cluster),
+                                               stream, a, stages));
       launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
       TESSEL_CUDA_CHECK(cudaFreeAsync(ws, stream));
     };
@@ -427,19 +418,9 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
     cudaGetLastError();
     return false;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(a.rows * csize));
-  cfg.blockDim = dim3(kFwdBlock);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, kernel, a, static_cast<int>(chunk)) != cudaSuccess) {
+  if (detail::launch_cluster(kernel, dim3(static_cast<unsigned>(a.rows * csize)), dim3(kFwdBlock),
+                             static_cast<size_t>(smem), static_cast<int>(csize), stream, a,
+                             static_cast<int>(chunk)) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
@@ -646,19 +627,9 @@ bool launch_bwd_long(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t s
       TESSEL_CUDA_CHECK(
           cudaMallocAsync(&ws, size_t(kArrays) * slots * a.cols * sizeof(float), stream));
       a.ws = static_cast<float*>(ws);
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(slots * csize));
-      cfg.blockDim = dim3(kLongBwdBlock);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      TESSEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, static_cast<int>(chunk), stages));
+      TESSEL_CUDA_CHECK(detail::launch_cluster(kernel, dim3(static_cast<unsigned>(slots * csize)),
+                                               dim3(kLongBwdBlock), smem, static_cast<int>(csize),
+                                               stream, a, static_cast<int>(chunk), stages));
       launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
       TESSEL_CUDA_CHECK(cudaFreeAsync(ws, stream));
       return true;
@@ -857,19 +828,9 @@ bool launch_gn_bwd_staged(const NormArgs& a, bool vec_ok, float* ch_ws, int64_t 
       max_active_clusters(kernel, kGnBwdBlock, static_cast<size_t>(smem), static_cast<int>(csize));
   if (resident < 1) return false;
   const int64_t clusters = std::min<int64_t>(resident, a.rows);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * csize));
-  cfg.blockDim = dim3(kGnBwdBlock);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, kernel, a, static_cast<int>(chunk), ch_ws, nc) != cudaSuccess) {
+  if (detail::launch_cluster(kernel, dim3(static_cast<unsigned>(clusters * csize)),
+                             dim3(kGnBwdBlock), static_cast<size_t>(smem), static_cast<int>(csize),
+                             stream, a, static_cast<int>(chunk), ch_ws, nc) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
