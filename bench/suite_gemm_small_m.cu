@@ -1,4 +1,6 @@
-// Bench suite "gemm_small_m": the small-M (decode) GEMM path, tessel::detail::gemm_small_m,
+// Bench suite "gemm_small_m": tessel::gemm at decode sizes (M <= 32: the weight-streaming
+// small-M kernel, tessel::detail::gemm_small_m, or for M > 8 with weights of at most one wave
+// of 64x64 tiles the TMA kernel's 64x64 tiles; detail::gemm_small_m_preferred decides)
 // against cublasGemmEx (fp32 compute, default algorithm) timed the same way in the same run.
 //
 //   shapes : M ∈ {1, 4, 16, 32} × (N, K) ∈ Llama-3-8B linears {(4096,4096), (6144,4096),
@@ -28,6 +30,7 @@
 #include "bench_util.cuh"
 #include "harness.hpp"
 #include "ops/gemm/gemm_small_m.hpp"
+#include "runtime/check.hpp"
 #include "tessel/gemm.hpp"
 #include "tessel/launch.hpp"
 #include "tessel/tensor.hpp"
@@ -102,10 +105,9 @@ void run_case(SuiteContext& ctx, cublasHandle_t h, const SmallMCase& c, Record& 
   Tensor td = Tensor::contiguous(d.get(), DType::bf16, {c.m, c.n});
   GemmOptions opt;
   opt.b_layout = c.layout;
-  auto ours = [&] {
-    if (!detail::gemm_small_m(ta, tb, td, opt, s))
-      throw std::runtime_error("gemm_small_m refused the problem");
-  };
+  auto ours = [&] { gemm(ta, tb, td, s, opt); };
+  const bool small_m_kernel =
+      detail::gemm_small_m_preferred(c.m, c.n, !nk, detail::current_sm_count());
   const float alpha = 1.f, beta = 0.f;
   // Row-major D(M,N) = A · op(B) is column-major Dᵀ(N,M) = op(B)ᵀ · Aᵀ.
   auto base = [&] {
@@ -123,7 +125,9 @@ void run_case(SuiteContext& ctx, cublasHandle_t h, const SmallMCase& c, Record& 
   r.check = cmp.ok ? "OK" : "FAIL";
   r.check_detail =
       cmp.detail() + " " +
-      detail::gemm_small_m_config_name(detail::gemm_small_m_choice(ta, tb, td, opt, s));
+      (small_m_kernel ? "small-M " + detail::gemm_small_m_config_name(
+                                         detail::gemm_small_m_choice(ta, tb, td, opt, s))
+                      : std::string("TMA 64x64 tiles"));
 
   const double bytes =
       2.0 * (double(c.n) * double(c.k) + double(c.m) * double(c.k) + double(c.m) * double(c.n));
@@ -177,8 +181,7 @@ void run_chain(SuiteContext& ctx, cublasHandle_t h, int64_t m, bool dependent, b
       const Tensor ta = Tensor::contiguous(l.a.get(), DType::bf16, {m, l.k});
       const Tensor tb = Tensor::contiguous(l.b.get(), DType::bf16, {l.n, l.k});
       Tensor td = Tensor::contiguous(l.d.get(), DType::bf16, {m, l.n});
-      if (!detail::gemm_small_m(ta, tb, td, opt, s))
-        throw std::runtime_error("gemm_small_m refused the problem");
+      gemm(ta, tb, td, s, opt);
     }
   };
   const float alpha = 1.f, beta = 0.f;

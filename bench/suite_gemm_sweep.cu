@@ -4,7 +4,8 @@
 // plain problem in the same run. Tuning data, not acceptance: record op "gemm_sweep", case
 // "<M>x<N>x<K> B(..) cfg=<c> s=<splits> g=<group> <epilogue>", no target.
 //   cfg: -1 automatic, 0 128x256 cluster 2x1, 1 128x128, 2 128x64, 3 128x64 cluster 1x2,
-//   4 64x128, 5 128x192 (3, 4, 5: B (N,K)); s 0 / g 0: the plan's choice.
+//   4 64x128, 5 128x192, 6 64x64 cluster 2x1, 7 64x64 (3..7: B (N,K)); s 0 / g 0: the plan's
+//   choice.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -180,7 +181,8 @@ void suite_gemm_sweep(SuiteContext& ctx) {
       {4096, 4096, 4096, BLayout::nk, {{-1, 0, 0}, {-1, 0, 0, SweepEpi::bias_residual}}},
   };
   // TESSEL_GEMM_SWEEP_SHAPES="MxNxK,..." (B (N,K)) replaces the list above: every tile config
-  // with 1 and 2 K splits (e.g. a model's prefill shapes).
+  // with 1, 2, 4 and 8 K splits (e.g. a model's prefill shapes; configs without split-K run
+  // their one split).
   if (const char* env = std::getenv("TESSEL_GEMM_SWEEP_SHAPES")) {
     shapes.clear();
     std::string list = env;
@@ -188,8 +190,12 @@ void suite_gemm_sweep(SuiteContext& ctx) {
       size_t end = list.find(',', at);
       if (end == std::string::npos) end = list.size();
       long long m = 0, n = 0, k = 0;
-      if (std::sscanf(list.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3)
-        shapes.push_back({m, n, k, BLayout::nk, splits_of({0, 1, 2, 3, 4, 5}, {1, 2})});
+      if (std::sscanf(list.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3) {
+        // 128x256 (0), 128x192 (5) and 64x64 in 2x1 clusters (6) have no split-K.
+        std::vector<Variant> vs = splits_of({0, 5, 6}, {1});
+        for (const Variant& v : splits_of({1, 2, 3, 4, 7}, {1, 2, 4, 8})) vs.push_back(v);
+        shapes.push_back({m, n, k, BLayout::nk, vs});
+      }
       at = end + 1;
     }
   }

@@ -228,6 +228,77 @@ TEST_F(GemmGpu, WideTileConfig) {
   check({509, 6328, 136, DType::bf16, DType::bf16, BLayout::nk});
 }
 
+// 64x64 tiles: in 2x1 clusters (cfg 6, B multicast) and unclustered with split-K (cfg 7);
+// ragged M / N / K, every output dtype, bias + activation, residual; a B (K,N) problem under the
+// forced config runs the 128x64 kernel instead. Then the automatic plan on a shape that picks
+// 64x64 tiles (M <= 256, 3/4..1 wave of them), at a ragged size.
+TEST_F(GemmGpu, TinyTileConfigs) {
+  struct Reset {
+    ~Reset() { gemm_detail::set_tuning(-1, 0, 0); }
+  } reset;
+  for (int cfg : {6, 7}) {
+    gemm_detail::set_tuning(cfg, cfg == 7 ? 3 : 0, 0);
+    check({33, 72, 200, DType::bf16, DType::bf16, BLayout::nk});
+    check({129, 200, 1032, DType::f16, DType::f32, BLayout::nk});
+    Case c{65, 136, 136, DType::bf16, DType::f16, BLayout::nk, 0.5f, 1.f};
+    c.bias = Bias::f32;
+    c.act = GemmActivation::silu;
+    check(c);
+    Case r{200, 264, 520, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f};
+    r.bias = Bias::out;
+    r.in_place_c = true;
+    check(r);
+    check({70, 136, 200, DType::bf16, DType::bf16, BLayout::kn});
+  }
+  gemm_detail::set_tuning(-1, 0, 0);
+  check({127, 4096, 264, DType::bf16, DType::bf16, BLayout::nk});
+  // Decode rows with a weight of <= one wave of 64x64 tiles: gemm runs these here (split-K
+  // 2 and 1), not in the small-M kernel.
+  check({16, 4104, 2056, DType::bf16, DType::bf16, BLayout::nk});
+  check({32, 2056, 1032, DType::f16, DType::f32, BLayout::nk, 1.f, 0.5f});
+  check({9, 4096, 520, DType::bf16, DType::bf16, BLayout::nk});
+}
+
+// A decode-shaped gemm (M = 16, 64x64 tiles with split-K) captured into a CUDA graph on a
+// fresh stream: nothing may be allocated under capture, so it runs one split; the replays
+// match float64.
+TEST_F(GemmGpu, DecodeShapeUnderGraphCapture) {
+  const int64_t m = 16, n = 4104, k = 2056;
+  std::vector<double> a = rng().uniform(static_cast<size_t>(m * k), -1, 1);
+  std::vector<double> b = rng().uniform(static_cast<size_t>(n * k), -1, 1);
+  DeviceTensor da = to_device(DType::bf16, {m, k}, a);
+  DeviceTensor db = to_device(DType::bf16, {n, k}, b);
+  DeviceTensor dd = alloc(DType::f32, {m, n});
+  std::vector<double> ref(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) s += a[i * k + p] * b[j * k + p];
+      ref[i * n + j] = s;
+    }
+  cudaStream_t s = nullptr;
+  TESSEL_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSEL_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  try {
+    gemm(da.t, db.t, dd.t, s, GemmOptions{});
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw under capture: " << e.what();
+  }
+  TESSEL_TEST_CUDA(cudaStreamEndCapture(s, &graph));
+  TESSEL_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    poison(dd);
+    TESSEL_TEST_CUDA(cudaGraphLaunch(exec, s));
+    TESSEL_TEST_CUDA(cudaStreamSynchronize(s));
+    EXPECT_TRUE(all_close(download_values(dd), ref, gemm_tolerance(DType::f32)));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
 // Every activation with and without bias (f32 and d's dtype) and residual, per output dtype.
 TEST_F(GemmGpu, FusedEpilogues) {
   const GemmActivation acts[] = {GemmActivation::none, GemmActivation::relu,

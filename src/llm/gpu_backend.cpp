@@ -590,13 +590,17 @@ class GpuBackend final : public Backend {
     tessel::swiglu(mat(gate), mat(up), o, stream_);
     mark("silu_mul", 0, [&] { return dims(out); });
   }
-  // Decode rows (M <= 32, no bias): the activation is computed inside the down GEMM's A
-  // staging (detail::gemm_small_m_swiglu, bit-identical to swiglu + gemm): one launch fewer per
-  // layer. TESSEL_FUSE_SWIGLU=0 keeps the two launches.
+  // Decode rows (M <= 32, no bias, small-M kernel): the activation is computed inside the down
+  // GEMM's A staging (detail::gemm_small_m_swiglu, bit-identical to swiglu + gemm): one launch
+  // fewer per layer. TESSEL_FUSE_SWIGLU=0 keeps the two launches.
   void silu_mul_matmul(const Buf& gate_up, int64_t F, Buf& act, const Buf& w_down, const Buf* bias,
                        Buf& out) override {
+    // Only where gemm would run the small-M kernel anyway (detail::gemm_small_m_preferred):
+    // elsewhere the TMA kernel's rate beats the saved launch.
     if (fuse_swiglu_ && !(bias && *bias) && gate_up.rows <= 32 && gate_up.cols == 2 * F &&
-        w_down.cols == F && out.rows == gate_up.rows && out.cols == w_down.rows) {
+        w_down.cols == F && out.rows == gate_up.rows && out.cols == w_down.rows &&
+        detail::gemm_small_m_preferred(gate_up.rows, w_down.rows, false,
+                                       detail::current_sm_count())) {
       Tensor o = mat(out);
       if (detail::gemm_small_m_swiglu(mat(gate_up), mat(w_down), o, GemmOptions{}, stream_)) {
         mark("silu_mul+matmul", 2.0 * static_cast<double>(w_down.rows * w_down.cols),

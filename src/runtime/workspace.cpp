@@ -8,7 +8,16 @@
 
 namespace tessel::detail {
 
-void* stream_workspace(cudaStream_t stream, size_t bytes) {
+bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+void* stream_workspace(cudaStream_t stream, size_t bytes, bool may_allocate) {
   struct Slot {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -20,6 +29,7 @@ void* stream_workspace(cudaStream_t stream, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu);
   Slot& s = slots[{dev, stream}];
   if (s.bytes < bytes) {
+    if (!may_allocate) return nullptr;
     if (s.ptr) {
       TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
       TESSEL_CUDA_CHECK(cudaFree(s.ptr));

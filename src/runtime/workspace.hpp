@@ -10,8 +10,12 @@
 
 namespace tessel::detail {
 
-// At least `bytes` of zeroed device memory owned by (current device, stream). Not for use
-// while the stream is being captured into a graph for the first time.
-void* stream_workspace(cudaStream_t stream, size_t bytes);
+// At least `bytes` of zeroed device memory owned by (current device, stream). Growing it
+// allocates (and synchronizes the stream), which graph capture forbids: with
+// may_allocate = false it returns nullptr instead when the buffer is too small.
+void* stream_workspace(cudaStream_t stream, size_t bytes, bool may_allocate = true);
+
+// Whether `stream` is being captured into a CUDA graph (true when the query fails).
+bool stream_capturing(cudaStream_t stream);
 
 }  // namespace tessel::detail

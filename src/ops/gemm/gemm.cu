@@ -42,6 +42,7 @@ using gemm_detail::kFlat;
 using gemm_detail::kMid;
 using gemm_detail::kSmall;
 using gemm_detail::kSmallN2;
+using gemm_detail::kTinySplit;
 using gemm_detail::kWide;
 
 // Full-wave rate of the 128x192 config for the tile model in plan_for (TFLOP/s, H100 sweep).
@@ -109,6 +110,24 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
       if (rate > best) best = rate, pl.cfg = c.cfg;
     }
     pl.splits = 1;
+    return pl;
+  }
+  // M <= 256 against a weight whose 64x64 tiles fill 3/4 to 1 wave: one 64x64 CTA per tile,
+  // each streaming the whole K through 13 stages, no split-K (how cuBLAS runs these, per ncu).
+  // H100 sweep (TFLOP/s, 64x64 vs the rules below): 128x4096x4096 225 vs 200,
+  // 256x2048x8192 392 vs 322, 128x4096x14336 319 vs 299 (docs/gemm.md, log step 13).
+  const int64_t t_tiny = cdiv(M, 64) * cdiv(N, 64) * L;
+  if (!kn && M <= 256 && split_k < 1 && 4 * t_tiny >= 3 * sms && t_tiny <= sms) {
+    pl.cfg = kTinySplit;
+    pl.splits = 1;
+    return pl;
+  }
+  // Decode-sized M (<= 32; gemm_small_m_preferred sends these here for N <= 64 x #SMs): the
+  // same 64x64 tiles, K split to fill the machine (16x4096x4096: 2 splits 1635 GB/s of weight,
+  // 1 split 1502, 4 splits 1289; 16x6144x4096: 1 split 1967).
+  if (!kn && M <= 32 && split_k < 1 && t_tiny <= sms) {
+    pl.cfg = kTinySplit;
+    pl.splits = static_cast<int>(std::clamp<int64_t>(std::min(sms / t_tiny, kt / 16), 1, 4));
     return pl;
   }
   if (tm >= 2 && cluster_tiles >= sms / 2 && wide_ok) {
@@ -267,6 +286,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
 #ifdef TESSEL_GEMM_HAVE_SMALL_M
   // (It implements alpha/beta/C only: fused bias / activation stay on the kernel below.)
   if (!batched && M <= 32 && K > 0 && opt.bias == nullptr &&
+      detail::gemm_small_m_preferred(M, N, kn, detail::current_sm_count()) &&
       opt.activation == GemmActivation::none && detail::gemm_small_m(a, b, d, opt, stream))
     return;
 #endif
@@ -358,7 +378,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
 namespace gemm_detail {
 // Split-K partial sums: per (device, stream) scratch owned by gemm (grows, never shrinks;
 // stream-ordered reuse, so concurrent streams never share one).
-float* splitk_partials(cudaStream_t stream, size_t bytes) {
+float* splitk_partials(cudaStream_t stream, size_t bytes, bool may_allocate) {
   struct Slot {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -370,6 +390,7 @@ float* splitk_partials(cudaStream_t stream, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu);
   Slot& s = slots[{dev, stream}];
   if (s.bytes < bytes) {
+    if (!may_allocate) return nullptr;
     if (s.ptr) {
       TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
       TESSEL_CUDA_CHECK(cudaFree(s.ptr));
@@ -386,7 +407,7 @@ float* splitk_partials(cudaStream_t stream, size_t bytes) {
 // B (K,N) runs 2 for 3, 4 and 1 for 5) (-1: heuristic); splits (0: heuristic); cluster-tile rows
 // per raster group (0: default 8).
 void set_tuning(int cfg, int splits, int group) {
-  g_force_cfg = cfg >= 0 && cfg <= 5 ? cfg : -1;
+  g_force_cfg = cfg >= 0 && cfg < gemm_detail::kNumTileCfgs ? cfg : -1;
   g_force_splits = splits > 0 ? splits : 0;
   g_force_group = group > 0 ? group : 0;
 }

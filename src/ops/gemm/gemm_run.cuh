@@ -40,10 +40,31 @@ using FlatTile = GemmConfig<T, Major::K, 64, 128, 64, 8, 1>;
 template <class T>
 using WideTile = GemmConfig<T, Major::K, 128, 192, 64, 4, 1>;
 
-enum TileCfg : int { kBig = 0, kMid = 1, kSmall = 2, kSmallN2 = 3, kFlat = 4, kWide = 5 };
+// 64x64 tiles, one consumer warpgroup, 13 stages (208 KB): memory-bound GEMMs with few output
+// tiles (M = 128..256 against 2k-4k wide weights), where many small CTAs streaming the whole K
+// beat fewer large ones with split-K (ncu on the H100: cuBLAS runs 128x4096x4096 as 128 CTAs
+// of 64x64 in 2x1 clusters, 13 stages). TinyTile pairs CTAs along M (B multicast, no
+// split-K); TinySplitTile is unclustered with split-K. B (N,K) only.
+template <class T>
+using TinyTile = GemmConfig<T, Major::K, 64, 64, 64, 13, 2>;
+template <class T>
+using TinySplitTile = GemmConfig<T, Major::K, 64, 64, 64, 13, 1>;
 
-// Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu).
-float* splitk_partials(cudaStream_t stream, size_t bytes);
+enum TileCfg : int {
+  kBig = 0,
+  kMid = 1,
+  kSmall = 2,
+  kSmallN2 = 3,
+  kFlat = 4,
+  kWide = 5,
+  kTiny = 6,
+  kTinySplit = 7,
+};
+constexpr int kNumTileCfgs = 8;
+
+// Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu); nullptr when it
+// would have to grow and may_allocate is false.
+float* splitk_partials(cudaStream_t stream, size_t bytes, bool may_allocate);
 
 template <class Cfg>
 void launch(const GemmOperands& ops, const CUtensorMap& tma_d, GemmParams p, int sms,
@@ -53,10 +74,19 @@ void launch(const GemmOperands& ops, const CUtensorMap& tma_d, GemmParams p, int
     constexpr size_t CS = Cfg::ClusterSize;
     const TileScheduler sched(p.m, p.n, Cfg::BM * Cfg::ClusterM, Cfg::BN * Cfg::ClusterN, p.group,
                               p.batches, p.splits);
+    // Under graph capture nothing may be allocated: without workspace from an earlier eager
+    // call on this stream, one split (the same result up to rounding order).
+    const bool may_allocate = !detail::stream_capturing(stream);
     p.partials = splitk_partials(
-        stream, static_cast<size_t>(sched.units()) * CS * Cfg::BM * Cfg::BN * sizeof(float));
-    p.counters = static_cast<int*>(
-        detail::stream_workspace(stream, static_cast<size_t>(sched.tiles()) * CS * sizeof(int)));
+        stream, static_cast<size_t>(sched.units()) * CS * Cfg::BM * Cfg::BN * sizeof(float),
+        may_allocate);
+    p.counters = static_cast<int*>(detail::stream_workspace(
+        stream, static_cast<size_t>(sched.tiles()) * CS * sizeof(int), may_allocate));
+    if (p.partials == nullptr || p.counters == nullptr) {
+      p.splits = 1;
+      p.partials = nullptr;
+      p.counters = nullptr;
+    }
   }
   TESSEL_CUDA_CHECK((launch_gemm<Cfg>(ops, tma_d, p, sms, stream)));
 }
@@ -71,7 +101,7 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
       case kWide: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       default:
         launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream);
-        break;  // kSmall, kSmallN2, kFlat
+        break;  // kSmall, kSmallN2, kFlat, kTiny, kTinySplit
     }
   } else {
     switch (cfg) {
@@ -80,6 +110,8 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
       case kSmallN2: launch<SmallTileN2<T>>(ops, tma_d, p, sms, stream); break;
       case kFlat: launch<FlatTile<T>>(ops, tma_d, p, sms, stream); break;
       case kWide: launch<WideTile<T>>(ops, tma_d, p, sms, stream); break;
+      case kTiny: launch<TinyTile<T>>(ops, tma_d, p, sms, stream); break;
+      case kTinySplit: launch<TinySplitTile<T>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
     }
   }

@@ -29,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -732,6 +733,16 @@ void pretune_small_m(const std::vector<std::vector<int64_t>>& shapes_in,
 }();
 
 }  // namespace
+
+bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms) {
+  static const int forced = [] {
+    const char* v = std::getenv("TESSEL_GEMM_SMALL_M");
+    return v == nullptr ? -1 : v[0] == '0' ? 0 : 1;
+  }();
+  if (m < 1 || m > 32) return false;
+  if (forced >= 0) return forced == 1;
+  return kn || m <= 8 || (n + 63) / 64 > sms;
+}
 
 int gemm_small_m_num_configs() { return kNumConfigs; }
 

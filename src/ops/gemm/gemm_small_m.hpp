@@ -27,6 +27,13 @@ namespace tessel::detail {
 bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
                   cudaStream_t stream);
 
+// Whether tessel::gemm should send an (M, N, K) problem (1 <= M <= 32) here rather than to
+// the TMA/WGMMA kernel. For B (N,K) with M > 8 and weights of at most one wave of 64x64
+// tiles (N <= 64 x #SMs), the TMA kernel's 64x64 tiles stream the weight faster (H100,
+// bench gemm_sweep with TESSEL_GEMM_SMALL_M=0: 32x4096x4096 1732 vs 1150 GB/s, 16x4096x4096
+// 1635 vs 1457, 16x4096x14336 2491 vs 2058). TESSEL_GEMM_SMALL_M=0 / 1 forces never / always.
+bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms);
+
 // The down projection of a SwiGLU MLP with the activation fused into the A staging:
 // D = alpha · (silu(G) ⊙ U) · op(B) + beta · C, where gate_up = [G | U] is (M, 2K) (unit
 // column stride, any row pitch that gemm_small_m accepts for A) and K is B's reduction size.
