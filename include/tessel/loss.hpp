@@ -38,7 +38,9 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Te
 
 struct FusedLinearCrossEntropyOptions {
   CrossEntropyOptions ce{};
-  // Rows of hidden per chunk (a multiple of 8); 0 picks min(N rounded up to 8, 1024).
+  // Rows of hidden per chunk (a multiple of 8); 0 picks min(N rounded up to 8, R) where R is
+  // the most rows (a multiple of 128, at least 1024) whose logits slabs (N x V, and its
+  // transpose when dweight is wanted) fit in 1 GiB.
   int64_t chunk_rows = 0;
 };
 

@@ -43,8 +43,8 @@ int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 }  // namespace
 
 void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
-                                Tensor& loss, Tensor* dhidden, Tensor* dweight,
-                                cudaStream_t stream, const FusedLinearCrossEntropyOptions& opt) {
+                                Tensor& loss, Tensor* dhidden, Tensor* dweight, cudaStream_t stream,
+                                const FusedLinearCrossEntropyOptions& opt) {
   detail::OpCheck chk("fused_linear_cross_entropy");
   chk.dtype_in("hidden", hidden, {DType::bf16, DType::f16});
   chk.dtype_in("weight", weight, {DType::bf16, DType::f16});
@@ -93,7 +93,14 @@ void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, cons
 
   const DType dt = hidden.dtype;
   const size_t es = dtype_size(dt);
-  const int64_t chunk = opt.chunk_rows > 0 ? opt.chunk_rows : std::min<int64_t>(round8(n), 1024);
+  // Default chunk: as many rows as keep the logits slabs (L, and Lᵀ with dweight) within 1 GiB,
+  // at least 1024, in multiples of 128. Each chunk after the first re-reads and re-writes the
+  // whole f32 dweight (V x H x 4 bytes, 2.1 GB for Llama-3's 128256 x 4096): fewer chunks, less
+  // of that traffic (4096 x 4096 x 128256 bf16 on the H100: 1024-row chunks 521 TFLOP/s).
+  const int64_t slabs = dweight != nullptr ? 2 : 1;
+  const int64_t budget_rows = (int64_t{1} << 30) / std::max<int64_t>(1, v * int64_t(es) * slabs);
+  const int64_t auto_chunk = std::min(round8(n), std::max<int64_t>(1024, budget_rows / 128 * 128));
+  const int64_t chunk = opt.chunk_rows > 0 ? opt.chunk_rows : auto_chunk;
   const bool need_grad = dhidden != nullptr || dweight != nullptr;
   const bool mean = opt.ce.reduction == Reduction::mean;
 
@@ -117,8 +124,8 @@ void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, cons
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows = std::min(chunk, n - r0);
     const int64_t rows_pad = round8(rows);
-    const Tensor hid = Tensor::contiguous(static_cast<char*>(hidden.data) + r0 * h * es, dt,
-                                          {rows, h});
+    const Tensor hid =
+        Tensor::contiguous(static_cast<char*>(hidden.data) + r0 * h * es, dt, {rows, h});
     Tensor lg = Tensor::contiguous(logits.p, dt, {rows, v});
     gemm(hid, weight, lg, stream);
 
