@@ -574,5 +574,25 @@ TEST(LlmBackendSelect, GpuWithoutDeviceIsError) {
   }
 }
 
+// "auto" (the CLI's default) takes the CPU backend without a GPU and the GPU backend with a
+// Hopper GPU (Backend::name() says which); an unknown name is an error naming the choices.
+TEST(LlmBackendSelect, AutoAndUnknownNames) {
+  std::unique_ptr<Backend> b = make_backend("auto", 1);
+  ASSERT_NE(b, nullptr);
+  int major = 0;
+  const bool hopper =
+      cuda_device_count() > 0 &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+      major == 9;
+  EXPECT_EQ(b->name().rfind(hopper ? "gpu" : "cpu", 0), 0u) << b->name();
+  try {
+    (void)make_backend("tpu");
+    ADD_FAILURE() << "make_backend(\"tpu\") did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto, cpu or gpu"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessel::llm

@@ -135,7 +135,7 @@ class Backend {
 
 // float32 CPU backend using `threads` worker threads (0: hardware concurrency).
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
-// "cpu" or "gpu" (throws tessel::Error "GPU backend not built yet" where it is not).
+// "cpu", "gpu" or "auto" (the GPU backend when device 0 is a Hopper GPU, else the CPU one).
 std::unique_ptr<Backend> make_backend(const std::string& kind, int threads = 0);
 
 }  // namespace tessel::llm

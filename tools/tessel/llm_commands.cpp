@@ -37,7 +37,7 @@ struct LlmOptions {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
-  std::string backend = "cpu";
+  std::string backend = "auto";
   int threads = 0;
   int context = 2048;
   bool chat = false;
@@ -55,7 +55,8 @@ void add_common_options(CLI::App* cmd, LlmOptions& o) {
   cmd->add_option("--presence-penalty", o.presence_penalty)->capture_default_str();
   cmd->add_option("--frequency-penalty", o.frequency_penalty)->capture_default_str();
   cmd->add_option("--seed", o.seed, "sampling seed (same seed, same text)")->capture_default_str();
-  cmd->add_option("--backend", o.backend, "cpu or gpu")->capture_default_str();
+  cmd->add_option("--backend", o.backend, "auto (gpu on a Hopper GPU, else cpu), cpu or gpu")
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--context", o.context, "KV cache length cap")->capture_default_str();
   cmd->add_option("--stop", o.stop, "stop string (repeatable)");
