@@ -4,6 +4,7 @@
 // forced split counts (the combine path), soft-cap, f16/bf16; paged == contiguous bit for bit;
 // out-of-range block-table entries and lengths: a clear error (check_inputs) or NaN rows of only
 // the affected sequence, never a crash.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,9 +122,9 @@ class DecodeAttentionGpu : public test::GpuTest,
   }
 };
 
-// 64 ragged sequences (4..303 tokens, >= Sq): with 8 KV heads and forced splits the grid spans several
-// waves, so the splits are merged by the separate combine launch (one-wave grids merge inside
-// the decode kernel).
+// 64 ragged sequences (4..303 tokens, >= Sq): with 8 KV heads and forced splits the grid spans
+// several waves, so the splits are merged by the separate combine launch (one-wave grids merge
+// inside the decode kernel).
 std::vector<int64_t> many_lens() {
   std::vector<int64_t> l(64);
   for (size_t i = 0; i < l.size(); ++i) l[i] = 4 + static_cast<int64_t>(i * 37 % 300);
@@ -412,8 +413,19 @@ class MlaDecodeGpu : public test::GpuTest,
                      public ::testing::WithParamInterface<std::tuple<DType, int>> {};
 
 const MlaCase kMla[] = {
-    {{1, 17, 1000}, 1, 16, 64, 0}, {{1000, 2500}, 1, 16, 16, 4}, {{300, 17}, 1, 128, 256, 0},
-    {{500, 33}, 3, 16, 0, 3},      {{129, 2}, 2, 128, 48, 2},    {{1500, 4, 17}, 4, 8, 64, 0},
+    {{1, 17, 1000}, 1, 16, 64, 0},
+    {{1000, 2500}, 1, 16, 16, 4},
+    {{300, 17}, 1, 128, 256, 0},
+    {{500, 33}, 3, 16, 0, 3},
+    {{129, 2}, 2, 128, 48, 2},
+    {{1500, 4, 17}, 4, 8, 64, 0},
+    // WGMMA kernel (blocks of 64 rows): pages of 16 (4 boxes per tile), contiguous with a
+    // ragged tail, splits merged in the kernel or combined, Sq > 1 causal rows across blocks.
+    {{4097, 1, 63}, 1, 128, 16, 0},
+    {{7, 300}, 1, 64, 0, 0},
+    {{2000}, 2, 64, 128, 3},
+    {{1100, 65}, 3, 32, 32, 2},
+    {{5000, 640}, 1, 128, 0, 0},
 };
 
 TEST_P(MlaDecodeGpu, MatchesReference) {
@@ -438,6 +450,11 @@ TEST_P(MlaDecodeGpu, MatchesReference) {
     smax = maxlen + 3;
     cache = rng().uniform(static_cast<size_t>(B * smax * 576), -1.0, 1.0);
     cd = test::to_device(dt, {B, smax, 576}, cache);
+    // NaN past each sequence's end: a kernel must not let 0 * NaN reach the output.
+    for (int64_t b = 0; b < B; ++b)
+      ASSERT_EQ(cudaMemset(static_cast<char*>(cd.t.data) + (b * smax + c.lens[b]) * 576 * 2, 0xFF,
+                           static_cast<size_t>((smax - c.lens[b]) * 576 * 2)),
+                cudaSuccess);
   } else {
     const int64_t max_pages = (maxlen + c.page - 1) / c.page;
     int64_t np = 0;

@@ -4,9 +4,11 @@
 // memory tile (each latent byte is loaded once), 8 warps, 32-token tiles.
 // Bytes: every cached latent row once per block of 16 (H <= 16) or 64 query rows.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "ops/attention_decode/decode_launch.cuh"
+#include "ops/attention_decode/mla_wgmma_kernel.cuh"
 
 namespace tessel {
 namespace {
@@ -23,9 +25,23 @@ using MlaCfg = decode::Cfg<T, kRow, kLatent, kLatent, true, MT, 8, 32, MT == 1 ?
                            MT == 1 ? 4 : 1>;
 
 template <class T>
-void dispatch(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) {
+void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool paged,
+              cudaStream_t stream) {
   const char* op = "mla_decode";
   const bool wide = a.rows_total > 16;
+  // Blocks of 64 rows run on WGMMA (mla_wgmma_kernel.cuh) where the cache geometry allows;
+  // TESSEL_MLA_WGMMA=0 keeps them on decode_kernel (A/B, debugging).
+  static const bool wgmma_allowed = [] {
+    const char* e = std::getenv("TESSEL_MLA_WGMMA");
+    return !(e && e[0] == '0');
+  }();
+  if (wide && wgmma_allowed && decode::mla::wgmma_supported(paged, g.page_size)) {
+    if (paged)
+      decode::mla::launch<T, true>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
+    else
+      decode::mla::launch<T, false>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
+    return;
+  }
   if (paged) {
     if (wide)
       decode::launch_decode<MlaCfg<T, 4, true>>(a, splits, stream, op);
@@ -142,9 +158,9 @@ void mla_decode(const Tensor& q_latent, const Tensor& q_rope, const Tensor& late
   const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(kRow));
   a.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   if (q_latent.dtype == DType::bf16)
-    dispatch<__nv_bfloat16>(a, p.num_splits, paged, stream);
+    dispatch<__nv_bfloat16>(a, g, p.num_splits, paged, stream);
   else
-    dispatch<__half>(a, p.num_splits, paged, stream);
+    dispatch<__half>(a, g, p.num_splits, paged, stream);
 }
 
 }  // namespace tessel

@@ -17,13 +17,12 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
-#include <cutlass/cuda_host_adapter.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
-
-#include <cstdint>
+#include <cutlass/cuda_host_adapter.hpp>
 #include <type_traits>
 
 namespace tessel::tile::sm90 {
@@ -33,7 +32,8 @@ namespace tessel::tile::sm90 {
 enum class Major { K, MN };
 
 template <Major M>
-constexpr cute::GMMA::Major gmma_major = M == Major::K ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
+constexpr cute::GMMA::Major gmma_major =
+    M == Major::K ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
 
 template <class T, Major M>
 using SwizzleAtom = std::conditional_t<M == Major::K, cute::GMMA::Layout_K_SW128_Atom<T>,
@@ -54,8 +54,8 @@ using SmemLayout = decltype(cute::tile_to_shape(
 
 // Bytes one stage of a layout holds.
 template <class T, class Layout>
-constexpr uint32_t stage_bytes =
-    static_cast<uint32_t>(cute::size(cute::take<0, 2>(Layout{})) * sizeof(T));
+constexpr uint32_t stage_bytes = static_cast<uint32_t>(cute::size(cute::take<0, 2>(Layout{})) *
+                                                       sizeof(T));
 
 // L batches `batch_stride` elements apart (a multiple of 8; pass any such value when L == 1).
 template <Major M, class T>
@@ -87,8 +87,9 @@ template <int Multicast = 1, class Tma, class STensor>
 __device__ __forceinline__ auto tma_tiles(const Tma& tma, const STensor& s, int rows, int k,
                                           int batches, int rank = 0) {
   using namespace cute;
-  Tensor m = tma.get_tma_tensor(make_shape(rows, k, batches));
-  Tensor g = local_tile(m, product_each(select<0, 1>(shape(s))), make_coord(_, _, _));  // (R, BK, rt, kt, L)
+  cute::Tensor m = tma.get_tma_tensor(make_shape(rows, k, batches));
+  cute::Tensor g = local_tile(m, product_each(select<0, 1>(shape(s))),
+                              make_coord(_, _, _));  // (R, BK, rt, kt, L)
   return tma_partition(tma, rank, Layout<Int<Multicast>>{}, group_modes<0, 2>(s),
                        group_modes<0, 2>(g));
 }
