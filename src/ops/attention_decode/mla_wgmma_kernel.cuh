@@ -7,12 +7,14 @@
 //   producer  one thread TMA-loads 64-token latent tiles (64 x 576, 128B-swizzled, K-major) into
 //             a 2-stage ring: 9 boxes of 64 dims per tile (contiguous cache), or 9 per page-sized
 //             run of tokens (paged cache, pages of 8..64 tokens or multiples of 64).
-//   consumers warpgroup w (0, 1), in lockstep with the other:
-//               S_w = Q · K[32w .. 32w+31]ᵀ  (64 x 32, K = 576; SS WGMMA, Q stays in shared memory)
-//               row maxima of the two halves meet in shared memory; P = exp2(S − m) (bf16/f16)
-//               goes to shared memory (64 x 64, the A operand of the next product)
+//   consumers warpgroup w (0, 1), each on its own (they meet only at the tile holding the end):
+//               S = Q · Kᵀ  (64 x 64, K = 576; SS WGMMA, Q stays in shared memory) — both
+//               warpgroups compute the whole S: with 32 tokens each the 64x32 WGMMAs ran at a
+//               fraction of their rate (1.27 TB/s), and the copy needs no exchange of maxima
+//               or of P through shared memory;
+//               online softmax in registers; P (bf16/f16) stays in registers as the A operand of
 //               O_w += P · V[:, 256w .. 256w+255]  (V = the first 512 dims of the same tile,
-//               read MN-major through a second view of the same bytes; SS WGMMA)
+//               read MN-major through a second view of the same bytes; RS WGMMA)
 //             tile n's PV and tile n+1's QKᵀ are issued together; tile n's stage is freed
 //             once its PV is done, so the next-but-one tile loads under tile n+1's work.
 // Rows past the sequence end in the last tile are zeroed in shared memory before use (a cache
@@ -46,7 +48,6 @@ struct alignas(64) WgArgs {
   CUtensorMap cache;
   KernelArgs a;
   int box_rows;  // tokens per TMA box: 64, or the page size when that is smaller
-  int debug;     // TESSEL_MLA_DEBUG (timing experiments): 1 no softmax, 4 every load from tile 0
 };
 
 template <class T_>
@@ -54,18 +55,9 @@ struct WgCfg {
   using T = T_;
   using SmemQ = SmemLayout<T, Major::K, kRows, kRow, 1>;        // (rows, 576)
   using SmemK = SmemLayout<T, Major::K, kTile, kRow, kStages>;  // (tokens, 576, stage)
-  using SmemP = SmemLayout<T, Major::K, kRows, kTile, 1>;       // (rows, tokens)
-  // Warpgroup w's operands as views of the ring: K rows 32w.. (offset w·2048 elements) and the
-  // MN-major view (dims, tokens) of V dims 256w.. (offset w·16384). Same bytes as SmemK (the
-  // swizzle acts on 1024-byte aligned offsets; checked element by element when written).
-  using SmemKw = decltype(cute::composition(
-      cute::GMMA::Layout_K_SW128_Atom<T>{}.layout_a(),
-      cute::GMMA::Layout_K_SW128_Atom<T>{}.offset(),
-      cute::Layout<
-          cute::Shape<cute::Shape<cute::_8, cute::_4>,
-                      cute::Shape<cute::_64, cute::Int<kDimBlocks>>, cute::Int<kStages>>,
-          cute::Stride<cute::Stride<cute::_64, cute::_512>, cute::Stride<cute::_1, cute::Int<4096>>,
-                       cute::Int<kStageElems>>>{}));
+  // Warpgroup w's V operand: the MN-major view (dims, tokens) of dims 256w.. of the ring
+  // (offset w·16384 elements). Same bytes as SmemK (the swizzle acts on 1024-byte aligned
+  // offsets; checked element by element when written).
   using SmemVw = decltype(cute::composition(
       cute::GMMA::Layout_MN_SW128_Atom<T>{}.layout_a(),
       cute::GMMA::Layout_MN_SW128_Atom<T>{}.offset(),
@@ -75,18 +67,18 @@ struct WgCfg {
                                 cute::Stride<cute::_64, cute::_512>, cute::Int<kStageElems>>>{}));
   using MmaQK = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
-                                       cute::Shape<cute::_64, cute::_32, cute::Int<kRow>>,
+                                       cute::Shape<cute::_64, cute::_64, cute::Int<kRow>>,
                                        cute::GMMA::Major::K, cute::GMMA::Major::K>()));
   using MmaPV = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, cute::_256, cute::_64>,
+      cute::SM90::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, cute::_256, cute::_64>,
                                        cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
   using Pipeline = TmaPipeline<kStages>;
   struct Smem {
     alignas(1024) T q[cute::cosize_v<SmemQ>];
     alignas(1024) T kv[cute::cosize_v<SmemK>];
-    alignas(1024) T p[cute::cosize_v<SmemP>];
-    float red[2][kRows];  // per-warpgroup row maxima (per tile), then row sums (epilogue)
-    alignas(16) typename Pipeline::SharedStorage pipe;
+    uint4 p[4][kWarpgroupThreads];    // P of the tile, as warpgroup 0's registers (thread-major)
+    float2 scale[kWarpgroupThreads];  // per thread: the two rows' O scale (loop), then 1/l
+    typename Pipeline::SharedStorage pipe;
     unsigned last;
   };
   static constexpr uint32_t kTileBytes = kStageElems * sizeof(T);
@@ -186,8 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       constexpr uint64_t kHint = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
       auto st = producer_start<kStages>();
       for (int i = 0; i < ntiles; ++i) {
-        const int t0 = args.debug & 4 ? 0 : tile_start(i);
-        const int bl = args.debug & 4 ? 0 : b;
+        const int t0 = tile_start(i);
         pipe.producer_acquire(st);
         uint64_t* bar = reinterpret_cast<uint64_t*>(pipe.producer_get_barrier(st));
         auto* dst = smem.kv + st.index() * kStageElems;
@@ -197,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // Boxes wholly past the end load any valid page (the consumers zero those rows).
             const int pos = t0 + q < end ? t0 + q : t0;
             const int j = pos / a.page_size;
-            const int pg = a.block_table[bl * a.bt_stride + j];
+            const int pg = a.block_table[b * a.bt_stride + j];
             const int slot = pos - j * a.page_size;
             for (int cb = 0; cb < kDimBlocks; ++cb)
               SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * 4096 + q * 64, cb * 64,
@@ -205,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         } else {
           for (int cb = 0; cb < kDimBlocks; ++cb)
-            SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * 4096, cb * 64, t0, bl);
+            SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * 4096, cb * 64, t0, b);
         }
         ++st;
       }
@@ -219,19 +210,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int w = wg - 1, ctid = tid - kWarpgroupThreads, wtid = ctid % kWarpgroupThreads;
   const int lane = tid % 32, warp = warp_in_warpgroup();
   cute::Tensor sK = make_tensor(make_smem_ptr(smem.kv), typename Cfg::SmemK{});
-  cute::Tensor sKw = make_tensor(make_smem_ptr(smem.kv + w * 2048), typename Cfg::SmemKw{});
   cute::Tensor sVw = make_tensor(make_smem_ptr(smem.kv + w * 16384), typename Cfg::SmemVw{});
-  cute::Tensor sP = make_tensor(make_smem_ptr(smem.p), typename Cfg::SmemP{});
   typename Cfg::MmaQK mma_qk;
   typename Cfg::MmaPV mma_pv;
   auto thr_qk = mma_qk.get_slice(wtid);
   auto thr_pv = mma_pv.get_slice(wtid);
   cute::Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ));    // (MMA, 1, 36, 1)
-  cute::Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sKw));   // (MMA, 1, 36, stage)
-  cute::Tensor tOrP = thr_pv.make_fragment_A(thr_pv.partition_A(sP));    // (MMA, 1, 4, 1)
+  cute::Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));    // (MMA, 1, 36, stage)
   cute::Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVw));   // (MMA, 1, 4, stage)
-  cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<_64, _32>{});   // ((2,2,4),1,1)
+  cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<_64, _64>{});   // ((2,2,8),1,1)
   cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<_64, _256>{});  // ((2,2,32),1,1)
+  // P as the A operand of the RS WGMMA: the accumulator's (col pair, row half, 8-col group)
+  // regrouped as ((col pair, row half, 8-col half of a 16-wide k block), 1, k block).
+  cute::Tensor tOrP = make_tensor<typename Cfg::T>(Layout<Shape<Shape<_2, _2, _2>, _1, _4>>{});
   auto S = [&](int i0, int i1, int g) -> float& {
     return tSrS(make_coord(make_coord(i0, i1, g), 0, 0));
   };
@@ -257,12 +248,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto zero_tail = [&](int stage, int t0) {
     const int valid = end - t0;
     if (valid >= kTile) return;
-    for (int idx = ctid; idx < (kTile - valid) * (kRow / 8); idx += 2 * kWarpgroupThreads) {
+    for (int idx = wtid; idx < (kTile - valid) * (kRow / 8); idx += kWarpgroupThreads) {
       const int r = valid + idx / (kRow / 8), c = idx % (kRow / 8);
       *reinterpret_cast<uint4*>(&sK(r, c * 8, stage)) = make_uint4(0, 0, 0, 0);
     }
     cutlass::arch::fence_view_async_shared();
-    consumers_sync(3);
+    asm volatile("bar.sync 3, 128;" ::: "memory");  // warpgroup 0 only
   };
   auto issue_qk = [&](int stage) {
     mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
@@ -277,12 +268,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto issue_pv = [&](int stage) {
     warpgroup_fence_operand(tOrO);
+    warpgroup_fence_operand(tOrP);
     warpgroup_arrive();
     CUTE_UNROLL
     for (int kb = 0; kb < size<2>(tOrP); ++kb)
-      cute::gemm(mma_pv, tOrP(_, _, kb, 0), tOrV(_, _, kb, stage), tOrO);
+      cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
     warpgroup_commit_batch();
   };
+
   // Scale and mask S of the tile at t0 (log2 units), and this half's row maxima.
   auto scale_mask_max = [&](int t0, float(&mx)[2]) {
     const bool need_mask = t0 + kTile > end || t0 + kTile - 1 > lim_min;
@@ -290,11 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i1 = 0; i1 < 2; ++i1) {
       mx[i1] = -INFINITY;
       CUTE_UNROLL
-      for (int g = 0; g < 4; ++g) CUTE_UNROLL
+      for (int g = 0; g < 8; ++g) CUTE_UNROLL
       for (int i0 = 0; i0 < 2; ++i0) {
         float x = S(i0, i1, g) * a.scale_log2;
         if (need_mask) {
-          const int pos = t0 + 32 * w + 8 * g + col_lane + i0;
+          const int pos = t0 + 8 * g + col_lane + i0;
           if (pos > lim[i1] || pos >= end) x = -INFINITY;
         }
         S(i0, i1, g) = x;
@@ -304,31 +297,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[i1] = fmaxf(mx[i1], __shfl_xor_sync(0xffffffffu, mx[i1], 2));
     }
   };
-  // Both halves' maxima -> running max; P to shared memory; O rescaled (its PV has finished).
-  auto softmax_to_p = [&](const float(&mx)[2]) {
-    if (args.debug & 1) return;
-    if (lane % 4 == 0) {
-      smem.red[w][row0] = mx[0];
-      smem.red[w][row0 + 8] = mx[1];
-    }
-    consumers_sync(1);
-    float alpha[2];
+  // Running max, P (in registers: the A operand of the PV WGMMA), running sums; O rescaled
+  // (its previous PV has finished).
+  auto softmax_to_p = [&](const float(&mx)[2], float(&alpha)[2]) {
     CUTE_UNROLL
     for (int i1 = 0; i1 < 2; ++i1) {
-      const int r = row0 + 8 * i1;
-      const float mn = fmaxf(m_run[i1], fmaxf(smem.red[0][r], smem.red[1][r]));
+      const float mn = fmaxf(m_run[i1], mx[i1]);
       alpha[i1] = mn == -INFINITY ? 1.f : exp2f(m_run[i1] - mn);
       const float ms = mn == -INFINITY ? 0.f : mn;
       float sum = 0.f;
       CUTE_UNROLL
-      for (int g = 0; g < 4; ++g) {
-        const float p0 = exp2f(S(0, i1, g) - ms), p1 = exp2f(S(1, i1, g) - ms);
-        sum += p0 + p1;
-        *reinterpret_cast<uint32_t*>(&sP(r, 32 * w + 8 * g + col_lane, 0)) = pack2<T>(p0, p1);
+      for (int g = 0; g < 8; ++g) CUTE_UNROLL
+      for (int i0 = 0; i0 < 2; ++i0) {
+        const float p = exp2f(S(i0, i1, g) - ms);
+        sum += p;
+        tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<typename Cfg::T>(p);
       }
       l_run[i1] = l_run[i1] * alpha[i1] + sum;
       m_run[i1] = mn;
     }
+  };
+  auto rescale_o = [&](const float(&alpha)[2]) {
     if (alpha[0] != 1.f || alpha[1] != 1.f) {  // most tiles once the maxima settle
       CUTE_UNROLL
       for (int g = 0; g < 32; ++g) CUTE_UNROLL
@@ -337,62 +326,109 @@ __global__ void __launch_bounds__(kThreads, 1)
         O(1, i1, g) *= alpha[i1];
       }
     }
-    cutlass::arch::fence_view_async_shared();  // P -> visible to WGMMA
-    consumers_sync(2);
   };
+  uint4* p_regs = reinterpret_cast<uint4*>(tOrP.data());  // 4 k blocks x 8 values
 
-  // Per tile: softmax of tile i, then its PV together with tile i+1's QKᵀ; stage i is released
-  // as soon as its PV has finished, so the load of tile i+2 runs under tile i+1's work. (Holding
-  // stage i until after tile i+1's QKᵀ left no stage free for a prefetch: 1.16 TB/s.)
-  if (ntiles > 0) {
-    PipeState<kStages> st;
-    mma_pv.accumulate_ = GMMA::ScaleOut::One;
-    float mx[2];
-    pipe.consumer_wait(st);
-    zero_tail(st.index(), tile_start(0));
-    issue_qk(st.index());
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-    // No branch between a WGMMA's issue and its wait (ptxas would serialize them).
-    for (int i = 0; i + 1 < ntiles; ++i) {
-      scale_mask_max(tile_start(i), mx);
-      softmax_to_p(mx);
-      PipeState<kStages> st_next = st;
-      ++st_next;
-      pipe.consumer_wait(st_next);
-      zero_tail(st_next.index(), tile_start(i + 1));
-      issue_pv(st.index());
-      issue_qk(st_next.index());
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(tOrO);
-      pipe.consumer_release(st);
+  // Warpgroup 0 computes S = Q·Kᵀ (64 x 64, K = 576; one SS WGMMA chain per tile) and the
+  // online softmax, and hands P and the rows' O scales to warpgroup 1 through shared memory
+  // (named barriers: kPFull 0 -> 1, kPEmpty 1 -> 0). Each warpgroup accumulates its 256
+  // columns of O = P·V with P in registers (RS WGMMA). Warpgroup 0 issues tile i's PV with
+  // tile i+1's QKᵀ; a stage is released by both once their PV of it has finished.
+  constexpr int kPFull = 1, kPEmpty = 2;
+  mma_pv.accumulate_ = GMMA::ScaleOut::One;
+  if (w == 0) {
+    if (ntiles > 0) {
+      PipeState<kStages> st;
+      float mx[2], alpha[2] = {1.f, 1.f};
+      pipe.consumer_wait(st);
+      zero_tail(st.index(), tile_start(0));
+      issue_qk(st.index());
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
-      st = st_next;
+      auto hand_over = [&]() {
+        asm volatile("bar.sync %0, 256;" ::"n"(kPEmpty) : "memory");
+        CUTE_UNROLL
+        for (int kb = 0; kb < 4; ++kb) smem.p[kb][wtid] = p_regs[kb];
+        smem.scale[wtid] = make_float2(alpha[0], alpha[1]);
+        asm volatile("bar.arrive %0, 256;" ::"n"(kPFull) : "memory");
+      };
+      // No branch between a WGMMA's issue and its wait (ptxas would serialize them).
+      for (int i = 0; i + 1 < ntiles; ++i) {
+        scale_mask_max(tile_start(i), mx);
+        softmax_to_p(mx, alpha);
+        hand_over();
+        rescale_o(alpha);
+        PipeState<kStages> st_next = st;
+        ++st_next;
+        pipe.consumer_wait(st_next);
+        zero_tail(st_next.index(), tile_start(i + 1));
+        issue_pv(st.index());
+        issue_qk(st_next.index());
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tOrO);
+        pipe.consumer_release(st);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        st = st_next;
+      }
+      scale_mask_max(tile_start(ntiles - 1), mx);
+      softmax_to_p(mx, alpha);
+      hand_over();
+      rescale_o(alpha);
+      issue_pv(st.index());
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      pipe.consumer_release(st);
     }
-    scale_mask_max(tile_start(ntiles - 1), mx);
-    softmax_to_p(mx);
-    issue_pv(st.index());
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
-    pipe.consumer_release(st);
+  } else {
+    asm volatile("bar.arrive %0, 256;" ::"n"(kPEmpty) : "memory");  // the P buffer starts free
+    PipeState<kStages> st;
+    for (int i = 0; i < ntiles; ++i) {
+      pipe.consumer_wait(st);  // the stage's bytes, for this warpgroup's WGMMA
+      asm volatile("bar.sync %0, 256;" ::"n"(kPFull) : "memory");
+      CUTE_UNROLL
+      for (int kb = 0; kb < 4; ++kb) p_regs[kb] = smem.p[kb][wtid];
+      const float2 sc = smem.scale[wtid];
+      asm volatile("bar.arrive %0, 256;" ::"n"(kPEmpty) : "memory");
+      const float alpha[2] = {sc.x, sc.y};
+      rescale_o(alpha);
+      issue_pv(st.index());
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      pipe.consumer_release(st);
+      ++st;
+    }
   }
 
   // ---- epilogue: row sums of the two halves, normalize, store (or write the split partial) ----
-  CUTE_UNROLL
-  for (int i1 = 0; i1 < 2; ++i1) {
-    float l = l_run[i1];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (lane % 4 == 0) smem.red[w][row0 + 8 * i1] = l;
+  // Row sums (and maxima, for the lse) live in warpgroup 0: handed over like a tile's P.
+  if (w == 0) {
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) {
+      float l = l_run[i1];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      l_run[i1] = l;
+    }
+    asm volatile("bar.sync %0, 256;" ::"n"(kPEmpty) : "memory");
+    smem.scale[wtid] = make_float2(l_run[0], l_run[1]);
+    smem.p[0][wtid] = make_uint4(__float_as_uint(m_run[0]), __float_as_uint(m_run[1]), 0, 0);
+    asm volatile("bar.arrive %0, 256;" ::"n"(kPFull) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 256;" ::"n"(kPFull) : "memory");
+    const float2 l = smem.scale[wtid];
+    const uint4 m = smem.p[0][wtid];
+    l_run[0] = l.x;
+    l_run[1] = l.y;
+    m_run[0] = __uint_as_float(m.x);
+    m_run[1] = __uint_as_float(m.y);
   }
-  consumers_sync(1);
   const int rows_global = a.batch * a.sq * a.hq;
   CUTE_UNROLL
   for (int i1 = 0; i1 < 2; ++i1) {
     const int r = row0 + 8 * i1, grow = rb * kRows + r;
     if (grow >= a.rows_total) continue;
-    const float l = smem.red[0][r] + smem.red[1][r];
+    const float l = l_run[i1];
     const int s = grow / a.group, h = grow - s * a.group;
     const int64_t row_id = (static_cast<int64_t>(b) * a.sq + s) * a.hq + h;
     const float inv = bad ? __int_as_float(0x7fffffff) : (l > 0.f ? 1.f / l : 0.f);
@@ -420,14 +456,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (a.part_o == nullptr || a.tickets == nullptr) return;
   // The last of the num_splits CTAs of (b, row block) merges the partials (as decode_kernel).
   __threadfence();
-  consumers_sync(1);
+  consumers_sync(4);
   if (ctid == 0) {
     unsigned* t = a.tickets + static_cast<int64_t>(b) * a.row_blocks + rb;
     const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
     if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
     smem.last = last;
   }
-  consumers_sync(1);
+  consumers_sync(4);
   if (!smem.last) return;
   __threadfence();
   for (int row = ctid / 32; row < kRows; row += 8) {
@@ -506,11 +542,6 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
       a.tickets = static_cast<unsigned*>(
           detail::stream_workspace(stream, static_cast<size_t>(base) * sizeof(unsigned)));
   }
-  static const int debug = [] {
-    const char* e = std::getenv("TESSEL_MLA_DEBUG");
-    return e ? std::atoi(e) : 0;
-  }();
-  args.debug = debug;
   args.a = a;
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), 1, static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
