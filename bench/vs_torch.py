@@ -7,7 +7,7 @@ bindings. Writes the JSON schema of the C++ bench (bench/harness.hpp):
               peak_fraction, target, target_met, ours_ms, baseline_ms, check, check_detail}]}
 
 Timing as the C++ harness: CUDA events around each iteration, warm-up, median of >= 20,
-L2 flushed before every iteration (a 2x L2 buffer is written outside the events); all iterations
+L2 flushed before every iteration (a 2x L2 buffer is read outside the events); all iterations
 are queued before the one wait at the end, so the events time the GPU, not the host.
 Peaks measured the same way: torch copy of 1 GiB (bytes read + written), torch.mm 8192^3 bf16.
 Targets: ours/torch eager >= 1.3 and ours/torch.compile >= 1.0 for every case.
@@ -53,11 +53,17 @@ class Timer:
     def __init__(self, warmup=3, iters=20):
         self.warmup, self.iters = warmup, max(iters, 20)
         l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
-        self.scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.scratch = torch.ones(2 * l2 // 4, dtype=torch.int32, device="cuda")
+
+    def flush(self):
+        # Read, as the C++ harness does: a written buffer (zero_(), triton's do_bench) leaves
+        # ~L2-size of dirty lines whose write-back lands inside the next timed op (the embedding
+        # forward measured 0.115 ms here against 0.095 ms in the C++ suite).
+        self.scratch.sum()
 
     def measure(self, fn: Callable[[], object]) -> float:
         for _ in range(self.warmup):
-            self.scratch.zero_()
+            self.flush()
             fn()
         torch.cuda.synchronize()
         # Every iteration is queued before any is waited for (as triton.testing.do_bench and
@@ -68,7 +74,7 @@ class Timer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         for a, b in zip(starts, ends):
-            self.scratch.zero_()
+            self.flush()
             a.record()
             fn()
             b.record()
