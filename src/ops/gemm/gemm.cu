@@ -122,6 +122,19 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
     pl.splits = 1;
     return pl;
   }
+  // 32 < M <= 128 against a narrow weight with a long K (split-K shapes): the same 64x64 tiles with
+  // 2 or 4 K slices when that fills 3/4 to 1 wave, each slice >= 2048 deep. H100 sweep
+  // (bench/results/h100/dev/gemm_sweep.splitk_m128.json): 128x1024x16384 4 slices 184 TFLOP/s
+  // (0.91 of cuBLAS) vs 178 (0.88) for the 128x64 2x1-cluster, 8-slice rule below.
+  if (!kn && M > 32 && M <= 128 && split_k < 1 && t_tiny < sms) {
+    for (int s : {2, 4}) {
+      if (4 * t_tiny * s >= 3 * sms && t_tiny * s <= sms && K / s >= 2048) {
+        pl.cfg = kTinySplit;
+        pl.splits = s;
+        return pl;
+      }
+    }
+  }
   // Decode-sized M (<= 32; gemm_small_m_preferred sends these here for N <= 64 x #SMs): the
   // same 64x64 tiles, K split to fill the machine (16x4096x4096: 2 splits 1635 GB/s of weight,
   // 1 split 1502, 4 splits 1289; 16x6144x4096: 1 split 1967).
