@@ -22,9 +22,13 @@ namespace tessel::tile {
 template <class T>
 __device__ __forceinline__ float to_f32(T v);
 template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+__device__ __forceinline__ float to_f32<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
 __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -33,9 +37,13 @@ __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
 template <class T>
 __device__ __forceinline__ T from_f32(float v);
 template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -55,11 +63,26 @@ struct alignas(sizeof(T) * N) Frag {
 // one store per element (seen: 8 × st.global.u16 for a bf16 fragment).
 template <int BYTES>
 struct FragWord;
-template <> struct FragWord<16> { using type = uint4; };
-template <> struct FragWord<8> { using type = uint2; };
-template <> struct FragWord<4> { using type = uint32_t; };
-template <> struct FragWord<2> { using type = uint16_t; };
-template <> struct FragWord<1> { using type = uint8_t; };
+template <>
+struct FragWord<16> {
+  using type = uint4;
+};
+template <>
+struct FragWord<8> {
+  using type = uint2;
+};
+template <>
+struct FragWord<4> {
+  using type = uint32_t;
+};
+template <>
+struct FragWord<2> {
+  using type = uint16_t;
+};
+template <>
+struct FragWord<1> {
+  using type = uint8_t;
+};
 
 template <int N, class T>
 __device__ __forceinline__ Frag<T, N> load_frag(const T* p) {
@@ -87,8 +110,8 @@ __device__ __forceinline__ void store_frag_global(T* p, const Frag<T, N>& f) {
   W w;
   memcpy(&w, &f, sizeof(W));
   if constexpr (sizeof(W) == 16) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y),
-                 "r"(w.z), "r"(w.w));
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z),
+                 "r"(w.w));
   } else {
     *reinterpret_cast<W*>(p) = w;
   }
@@ -286,6 +309,16 @@ __device__ __forceinline__ void store_row(T* row, int64_t cols, int lane, F out)
     for (int j = 0; j < VEC; ++j) f.v[j] = from_f32<T>(out(i, j));
     store_frag_global<VEC>(row + RF::col(i, lane), f);
   }
+}
+
+// ---- math ------------------------------------------------------------------------------
+// 2^x as one MUFU.EX2 with results below 2^-126 flushed to zero (softmax exponentials).
+// exp2f compiles to ex2.approx.f32, whose denormal handling adds a compare and two predicated
+// multiplies per call.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- grid helpers ----------------------------------------------------------------------

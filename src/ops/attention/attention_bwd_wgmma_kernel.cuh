@@ -137,12 +137,6 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // The key block this CTA computes.
 struct KeyBlock {
   int b = 0, blk = 0;
@@ -383,10 +377,10 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         float p, dfac = a.scale;
         if (capped) {
           const float th = tanhf(tSrS(e) * cap_in);
-          p = fast_exp2(fmaf(a.softcap * th, kLog2e, -l2s[il]));
+          p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
           dfac *= 1.f - th * th;
         } else {
-          p = fast_exp2(fmaf(tSrS(e), mult, -l2s[il]));
+          p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
         }
         if (need_mask) {
           const int i = i0 + il, j = j0 + jl;

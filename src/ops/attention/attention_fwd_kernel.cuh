@@ -34,22 +34,31 @@
 #include "tile/sm90/tma.cuh"
 #include "tile/sm90/warpgroup.cuh"
 #include "tile/sm90/wgmma.cuh"
+#include "tile/tile.cuh"
 
 namespace tessel::attention_detail {
 
 using namespace tessel::tile::sm90;
 
-template <class T_, int D_>
+// Consumers: 2 consumer warpgroups (BM = 128), or 3 (BM = 192) as FlashAttention-3 does at
+// D = 64, where the per-tile softmax (one ex2 per logit against 4·D flops of MMA: MUFU and
+// tensor cores equally loaded) needs a third warpgroup to keep the tensor cores fed; the
+// register file then allows 160 per consumer, so BN drops to 128 (S 64 + P 32 + O 32).
+template <class T_, int D_, int Consumers_ = 2>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
-  static constexpr int BM = 128;  // 2 consumer warpgroups x 64 rows
-  static constexpr int BN = D == 256 ? 64 : D == 128 ? 128 : 192;
-  static constexpr int Stages = D == 256 ? 2 : D == 128 ? 3 : 4;
+  static constexpr int Consumers = Consumers_;
+  static_assert(Consumers == 2 || (Consumers == 3 && D == 64), "3 consumers at D = 64 only");
+  static constexpr int BM = 64 * Consumers;  // 64 query rows per consumer warpgroup
+  static constexpr int BN = D == 256 ? 64 : D == 128 ? 128 : Consumers == 3 ? 128 : 192;
+  static constexpr int Stages = D == 256 ? 2 : D == 128 ? 3 : Consumers == 3 ? 5 : 4;
   // The overlapped schedule holds two stages per consumer; with 2 the loads would serialize.
   static constexpr bool kOverlap = Stages >= 3;
-  static constexpr int Consumers = 2;
   static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
+  // setmaxnreg split of the CTA's registers (the launch gives 65536 / Threads each).
+  static constexpr int kProducerRegs = Consumers == 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = Consumers == 3 ? 160 : 232;
   using SmemQ = SmemLayout<T, Major::K, BM, D, 1>;        // (BM, D, 1)
   using SmemK = SmemLayout<T, Major::K, BN, D, Stages>;   // (BN, D, Stages)
   using SmemV = SmemLayout<T, Major::MN, D, BN, Stages>;  // (D, BN, Stages): V^T, N = D
@@ -78,7 +87,8 @@ struct FwdConfig {
 };
 
 // Named barriers of the ping-pong schedule (0 is __syncthreads): warpgroup w waits on
-// kPingPongBarrier0 + w, which the other warpgroup arrives at after issuing its WGMMAs.
+// kPingPongBarrier0 + w, which the previous warpgroup (cyclically) arrives at after issuing
+// its WGMMAs; each barrier joins one syncing and one arriving warpgroup (256 threads).
 constexpr int kPingPongBarrier0 = 1;
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
@@ -88,6 +98,7 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
+
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The query block this CTA computes: sequence b, block m, its first q / key rows and lengths.
@@ -170,7 +181,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   cluster_sync<1>();
 
   if (wg == 0) {  // ---- producer ----
-    producer_registers();
+    producer_registers<Cfg::kProducerRegs>();
     if (warp_in_warpgroup() == 0 && elect_one() && n_hi > n_lo) {
       Tensor mQ =
           domain_offset(make_coord(static_cast<int>(blk.q_row0), 0, 0, 0),
@@ -207,7 +218,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   }
 
   // ---- consumers ----
-  consumer_registers();
+  consumer_registers<Cfg::kConsumerRegs>();
   const int ctid = consumer_thread();
   const int wgc = wg - 1;
   const int lane = threadIdx.x % 32, warp = warp_in_warpgroup();
@@ -301,13 +312,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         for (int g = 0; g < BN / 8; ++g) mx = fmaxf(mx, fmaxf(S(0, i1, g), S(1, i1, g)));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        alpha[i1] = mx == -INFINITY ? 1.f : exp2f((m_run[i1] - mx) * mult);
+        alpha[i1] = mx == -INFINITY ? 1.f : tile::exp2_ftz((m_run[i1] - mx) * mult);
         const float m_scaled = mx == -INFINITY ? 0.f : mx * mult;
         float sum = 0.f;
         CUTE_UNROLL
         for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
         for (int i0 = 0; i0 < 2; ++i0) {
-          const float p = exp2f(fmaf(S(i0, i1, g), mult, -m_scaled));
+          const float p = tile::exp2_ftz(fmaf(S(i0, i1, g), mult, -m_scaled));
           S(i0, i1, g) = p;
           sum += p;
         }
@@ -331,10 +342,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
     // Overlap (Stages >= 3): tile n's QK^T is issued together with the previous tile's PV,
     // and tile n's softmax runs while that PV is in flight (one stage stays held for it).
-    // Ping-pong: the two warpgroups take turns issuing their WGMMAs (named barriers), so
-    // one's softmax lines up with the other's GEMMs instead of both contending at once.
+    // Ping-pong: the warpgroups take turns (cyclically) issuing their WGMMAs (named barriers),
+    // so one's softmax lines up with the others' GEMMs instead of all contending at once.
+    constexpr int C = Cfg::Consumers;
     const bool pingpong = Cfg::kOverlap && a.pingpong;
-    if (pingpong && wgc == 1) named_barrier_arrive(kPingPongBarrier0);  // warpgroup 0 first
+    const int pp_next = kPingPongBarrier0 + (wgc + 1) % C;
+    if (pingpong && wgc == C - 1) named_barrier_arrive(kPingPongBarrier0);  // warpgroup 0 first
     PipeState<Stages> st;
     mma_pv.accumulate_ = GMMA::ScaleOut::One;
     float alpha[2];
@@ -358,7 +371,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       pipe.consumer_wait(st);
       if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
       issue_qk(st.index());
-      if (pingpong) named_barrier_arrive(kPingPongBarrier0 + 1 - wgc);
+      if (pingpong) named_barrier_arrive(pp_next);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       softmax(n_hi - 1, alpha);
@@ -370,7 +383,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
         issue_qk(st.index());
         issue_pv(st_prev.index());
-        if (pingpong) named_barrier_arrive(kPingPongBarrier0 + 1 - wgc);
+        if (pingpong) named_barrier_arrive(pp_next);
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         softmax(n, alpha);
@@ -439,9 +452,9 @@ auto gmem_rows(const void* p, int rows, int d, int heads, int batches, int64_t s
                        make_stride(Int<1>{}, sr, sh, sb));
 }
 
-template <class T, int D>
+template <class T, int D, int Consumers = 2>
 void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
-  using Cfg = FwdConfig<T, D>;
+  using Cfg = FwdConfig<T, D, Consumers>;
   const bool varlen = a.cu_q != nullptr;
   const int bt = varlen ? 1 : a.batches;
   auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
@@ -478,7 +491,18 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
 template <class T>
 void launch_typed(const FwdArgs& a, cudaStream_t stream) {
   switch (a.d) {
-    case 64: launch_fwd<T, 64>(a, stream); break;
+    case 64: {
+      // TESSEL_ATTENTION_D64_WG=2: the 2-consumer kernel (BM 128, BN 192) at D = 64 (A/B).
+      static const bool two = [] {
+        const char* e = std::getenv("TESSEL_ATTENTION_D64_WG");
+        return e != nullptr && std::strcmp(e, "2") == 0;
+      }();
+      if (two)
+        launch_fwd<T, 64, 2>(a, stream);
+      else
+        launch_fwd<T, 64, 3>(a, stream);
+      break;
+    }
     case 128: launch_fwd<T, 128>(a, stream); break;
     default: launch_fwd<T, 256>(a, stream); break;
   }

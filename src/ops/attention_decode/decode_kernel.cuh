@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 #pragma unroll
         for (int sl = 0; sl < SLABS; ++sl) tm = fmaxf(tm, s_red[sl * ROWS + row]);
         const float mn = fmaxf(m_run[mt][h], tm);
-        alpha[mt][h] = mn == -INFINITY ? 1.f : exp2f(m_run[mt][h] - mn);
+        alpha[mt][h] = mn == -INFINITY ? 1.f : tile::exp2_ftz(m_run[mt][h] - mn);
         m_run[mt][h] = mn;
       }
 #pragma unroll
@@ -416,7 +416,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const float p0 = exp2f(sacc[u][n][2 * h] - m), p1 = exp2f(sacc[u][n][2 * h + 1] - m);
+          const float p0 = tile::exp2_ftz(sacc[u][n][2 * h] - m),
+                      p1 = tile::exp2_ftz(sacc[u][n][2 * h + 1] - m);
           sum += p0 + p1;
           const int tok = slab * 16 + n * 8 + 2 * (lane & 3);
           uint32_t* dst =

@@ -303,13 +303,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     CUTE_UNROLL
     for (int i1 = 0; i1 < 2; ++i1) {
       const float mn = fmaxf(m_run[i1], mx[i1]);
-      alpha[i1] = mn == -INFINITY ? 1.f : exp2f(m_run[i1] - mn);
+      alpha[i1] = mn == -INFINITY ? 1.f : tile::exp2_ftz(m_run[i1] - mn);
       const float ms = mn == -INFINITY ? 0.f : mn;
       float sum = 0.f;
       CUTE_UNROLL
       for (int g = 0; g < 8; ++g) CUTE_UNROLL
       for (int i0 = 0; i0 < 2; ++i0) {
-        const float p = exp2f(S(i0, i1, g) - ms);
+        const float p = tile::exp2_ftz(S(i0, i1, g) - ms);
         sum += p;
         tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<typename Cfg::T>(p);
       }

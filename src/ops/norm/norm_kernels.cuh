@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "ops/rows.cuh"
+#include "runtime/launch.cuh"
 
 namespace tessel::norm {
 
@@ -51,17 +52,28 @@ struct Cfg {
 // Calls f(Cfg<VEC, T, C>{}) for the smallest config holding `cols`; false if too long.
 template <int VEC, class F>
 bool dispatch_cfg(int64_t cols, F&& f) {
-  if (cols <= 32 * kElems) f(Cfg<VEC, 32, 1>{});
-  else if (cols <= 64 * kElems) f(Cfg<VEC, 64, 1>{});
-  else if (cols <= 128 * kElems) f(Cfg<VEC, 128, 1>{});
-  else if (cols <= 256 * kElems) f(Cfg<VEC, 256, 1>{});
-  else if (cols <= 512 * kElems) f(Cfg<VEC, 512, 1>{});
-  else if (cols <= 1024 * kElems) f(Cfg<VEC, 1024, 1>{});
-  else if (cols <= 2 * 1024 * kElems) f(Cfg<VEC, 1024, 2>{});
-  else if (cols <= 4 * 1024 * kElems) f(Cfg<VEC, 1024, 4>{});
-  else if (cols <= 8 * 1024 * kElems) f(Cfg<VEC, 1024, 8>{});
-  else if (cols <= 16 * 1024 * kElems) f(Cfg<VEC, 1024, 16>{});
-  else return false;
+  if (cols <= 32 * kElems)
+    f(Cfg<VEC, 32, 1>{});
+  else if (cols <= 64 * kElems)
+    f(Cfg<VEC, 64, 1>{});
+  else if (cols <= 128 * kElems)
+    f(Cfg<VEC, 128, 1>{});
+  else if (cols <= 256 * kElems)
+    f(Cfg<VEC, 256, 1>{});
+  else if (cols <= 512 * kElems)
+    f(Cfg<VEC, 512, 1>{});
+  else if (cols <= 1024 * kElems)
+    f(Cfg<VEC, 1024, 1>{});
+  else if (cols <= 2 * 1024 * kElems)
+    f(Cfg<VEC, 1024, 2>{});
+  else if (cols <= 4 * 1024 * kElems)
+    f(Cfg<VEC, 1024, 4>{});
+  else if (cols <= 8 * 1024 * kElems)
+    f(Cfg<VEC, 1024, 8>{});
+  else if (cols <= 16 * 1024 * kElems)
+    f(Cfg<VEC, 1024, 16>{});
+  else
+    return false;
   return true;
 }
 
@@ -140,8 +152,10 @@ __device__ __forceinline__ float2 row_sum2(float2 v, RedSmem& s, int& phase) {
 
 template <class C>
 __device__ __forceinline__ int cta_rank() {
-  if constexpr (C::CLUSTER > 1) return static_cast<int>(cg::this_cluster().block_rank());
-  else return 0;
+  if constexpr (C::CLUSTER > 1)
+    return static_cast<int>(cg::this_cluster().block_rank());
+  else
+    return 0;
 }
 
 // Column of element (i, 0) of this thread.
@@ -378,8 +392,10 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
     if constexpr (M == Mode::ln)
       if (g.active) pivot = to_f32(x[g.row * a.x_pitch]);
     auto val = [&](int i, int j) {
-      if constexpr (M == Mode::rms_add) return xs[i].at(j) + rs[i].at(j);
-      else return xs[i].at(j);
+      if constexpr (M == Mode::rms_add)
+        return xs[i].at(j) + rs[i].at(j);
+      else
+        return xs[i].at(j);
     };
     float s1 = 0.f, s2 = 0.f;
 #pragma unroll
@@ -530,8 +546,10 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
     const bool active = row < a.rows;
     PFrag<T, C::VEC> xn[C::ITEMS], gn[C::ITEMS];
     float mu_n = 0.f, rs_n = 0.f;
-    if constexpr (kLean) load_row(row, xf, gf, mu, rs);
-    else load_row(row + nctas * kGroups, xn, gn, mu_n, rs_n);
+    if constexpr (kLean)
+      load_row(row, xf, gf, mu, rs);
+    else
+      load_row(row + nctas * kGroups, xn, gn, mu_n, rs_n);
     float s_gx = 0.f, s_g = 0.f;
 #pragma unroll
     for (int i = 0; i < C::ITEMS; ++i) {
@@ -630,7 +648,8 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
 #pragma unroll
           for (int k = 0; k < kArrays; ++k) {
             float s = acc[k * kPerArray + idx];
-            for (unsigned q = 1; q < n; ++q) s += cluster.map_shared_rank(acc, q)[k * kPerArray + idx];
+            for (unsigned q = 1; q < n; ++q)
+              s += cluster.map_shared_rank(acc, q)[k * kPerArray + idx];
             acc[k * kPerArray + idx] = s;
           }
       }
@@ -640,7 +659,8 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
       slot = cta;
     }
     if (writer) {
-      const int64_t slots = gridDim.x / (C::CLUSTER == 1 ? cg::this_cluster().num_blocks() : C::CLUSTER);
+      const int64_t slots =
+          gridDim.x / (C::CLUSTER == 1 ? cg::this_cluster().num_blocks() : C::CLUSTER);
       for (int64_t idx = threadIdx.x; idx < kPerGroup; idx += BLOCK) {
         const int l = static_cast<int>(idx % C::THREADS);
         const int j = static_cast<int>((idx / C::THREADS) % C::VEC);
@@ -664,10 +684,11 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
 constexpr int kSumCols = 32, kSumLanes = 8;
 
 template <class TW>
-__global__ void __launch_bounds__(kSumCols * kSumLanes)
+__global__ void __launch_bounds__(kSumCols* kSumLanes)
     sum_slots_kernel(const float* __restrict__ ws, int64_t K, int64_t n, TW* __restrict__ out0,
                      TW* __restrict__ out1) {
   __shared__ float part[kSumLanes][kSumCols];
+  tile::wait_prior_grid();  // the partials are the previous kernel's output
   const int col = threadIdx.x % kSumCols, lane = threadIdx.x / kSumCols;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + col;
   const int arr = blockIdx.y;
@@ -700,8 +721,11 @@ template <class TW>
 void launch_sum_slots(const float* ws, int64_t K, int64_t n, void* out0, void* out1,
                       cudaStream_t stream) {
   const dim3 g(static_cast<unsigned>((n + kSumCols - 1) / kSumCols), out1 ? 2 : 1);
-  sum_slots_kernel<TW><<<g, kSumCols * kSumLanes, 0, stream>>>(ws, K, n, static_cast<TW*>(out0),
-                                                                static_cast<TW*>(out1));
+  // A dependent launch: its CTAs start while the backward kernel drains (which lets it go
+  // once its rows are done) and wait there for the partials.
+  TESSEL_CUDA_CHECK(detail::launch_dependent(sum_slots_kernel<TW>, g, dim3(kSumCols * kSumLanes), 0,
+                                             stream, ws, K, n, static_cast<TW*>(out0),
+                                             static_cast<TW*>(out1)));
 }
 
 // Clusters of `cluster` CTAs that can be resident at once. A persistent grid must not exceed
@@ -721,8 +745,8 @@ int64_t max_active_clusters(KernelFn kernel, int block, size_t smem, int cluster
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (cluster > 8 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) != cudaSuccess)
     cudaGetLastError();
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
