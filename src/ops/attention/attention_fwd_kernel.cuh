@@ -302,12 +302,20 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           const int row = row_base + 8 * i1;
           int c_end = blk.skv;  // visible cols [c_begin, c_end)
           if (a.window_right >= 0) c_end = min(c_end, row + offset + a.window_right + 1);
-          const int c_begin = a.window_left >= 0 ? row + offset - a.window_left : INT_MIN;
-          CUTE_UNROLL
-          for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
-          for (int i0 = 0; i0 < 2; ++i0) {
-            const int col = col0 + 8 * g + col_lane + i0;
-            if (col >= c_end || col < c_begin) S(i0, i1, g) = -INFINITY;
+          // Limits relative to this thread's first column, so that each element is one compare
+          // of its compile-time offset 8g + i0 (+ a select): the softmax is issue-bound.
+          const int hi = c_end - col0 - col_lane;
+          if (a.window_left < 0) {  // causal / padding: the upper limit only
+            CUTE_UNROLL
+            for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+            for (int i0 = 0; i0 < 2; ++i0)
+              if (8 * g + i0 >= hi) S(i0, i1, g) = -INFINITY;
+          } else {
+            const int lo = row + offset - a.window_left - col0 - col_lane;
+            CUTE_UNROLL
+            for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+            for (int i0 = 0; i0 < 2; ++i0)
+              if (8 * g + i0 >= hi || 8 * g + i0 < lo) S(i0, i1, g) = -INFINITY;
           }
         }
       }
