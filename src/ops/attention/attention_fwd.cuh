@@ -31,11 +31,13 @@ struct FwdArgs {
   int batches = 0, hq = 0, hkv = 0, d = 0;
   // Padded: the sequence lengths. Varlen: the row totals Tq, Tk of q and k/v.
   int sq = 0, skv = 0;
-  float scale = 0.f;      // resolved (> 0)
-  float softcap = 0.f;    // 0: none
-  int window_left = -1;   // < 0: unlimited
-  int window_right = -1;  // < 0: unlimited (causal already folded in as 0)
-  bool pingpong = true;   // WGMMA path: warpgroup ping-pong (set by the launcher)
+  float scale = 0.f;         // resolved (> 0)
+  float softcap = 0.f;       // 0: none
+  int window_left = -1;      // < 0: unlimited
+  int window_right = -1;     // < 0: unlimited (causal already folded in as 0)
+  bool pingpong = true;      // WGMMA path: warpgroup ping-pong (set by the launcher)
+  int tiles_x = 0;           // WGMMA path: query blocks per (head, batch)
+  bool pair_blocks = false;  // WGMMA path: blocks p and tiles_x - 1 - p in one CTA
 };
 
 // The WGMMA path; returns false (nothing launched) when the layout does not qualify.

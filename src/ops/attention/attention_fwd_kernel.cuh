@@ -24,6 +24,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +83,7 @@ struct FwdConfig {
     alignas(1024) T v[cute::cosize_v<SmemV>];
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t q_full;
+    alignas(8) uint64_t q_empty;
   };
   static constexpr uint32_t kQBytes = stage_bytes<T, SmemQ>;
   static constexpr uint32_t kKVBytes = stage_bytes<T, SmemK> + stage_bytes<T, SmemV>;
@@ -114,16 +116,17 @@ struct Block {
   int sq = 0, skv = 0;
 };
 
+// Block (x, z) of the virtual grid (tiles_x, Hq, batches or 1).
 template <int BM>
-__device__ __forceinline__ bool find_block(const FwdArgs& a, Block& blk) {
+__device__ __forceinline__ bool find_block(const FwdArgs& a, int x, int z, Block& blk) {
   if (a.cu_q == nullptr) {
-    blk.b = blockIdx.z;
-    blk.m = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest (causal) blocks first
+    blk.b = z;
+    blk.m = a.tiles_x - 1 - x;  // longest (causal) blocks first
     blk.sq = a.sq;
     blk.skv = a.skv;
     return true;
   }
-  int id = static_cast<int>(blockIdx.x);
+  int id = x;
   for (int b = 0; b < a.batches; ++b) {
     const int q0 = a.cu_q[b], q1 = a.cu_q[b + 1];
     const int nb = (q1 - q0 + BM - 1) / BM;
@@ -154,7 +157,9 @@ __device__ __forceinline__ void key_tile_range(const FwdArgs& a, const Block& bl
   lo = min(begin / BN, hi);
 }
 
-template <class Cfg, class TmaQ, class TmaK, class TmaV>
+// Paired: the CTA computes blocks p and tiles_x - 1 - p (pair_blocks); else one block (a
+// separate instantiation: the one-block kernel keeps its registers for the tile loop).
+template <class Cfg, bool Paired, class TmaQ, class TmaK, class TmaV>
 __global__ void __launch_bounds__(Cfg::Threads, 1)
     attention_fwd_kernel(const __grid_constant__ TmaQ tma_q, const __grid_constant__ TmaK tma_k,
                          const __grid_constant__ TmaV tma_v, const __grid_constant__ FwdArgs a) {
@@ -162,13 +167,37 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   using T = typename Cfg::T;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, D = Cfg::D, Stages = Cfg::Stages;
 
-  Block blk;
-  if (!find_block<BM>(a, blk)) return;  // varlen grids have spare CTAs
-  const int h = blockIdx.y, hk = h / (a.hq / a.hkv);
-  int n_lo, n_hi;
-  key_tile_range<BM, BN>(a, blk, n_lo, n_hi);
+  // A CTA computes one query block, or with pair_blocks (causal-like masks, padded batches)
+  // two of the same head: x = p and tiles_x - 1 - p, a long and a short one, so that every
+  // CTA has the same work and its fixed costs (Q and first K/V loads, the first tile without
+  // overlap, the last PV, the epilogue) are spread over twice the key tiles on average. The
+  // K/V ring runs on into the second block; its Q is loaded once the consumers' last QK^T of
+  // the first has completed (q_empty), while they finish that block's PV and epilogue.
   const bool varlen = a.cu_q != nullptr;
-  const int bt = varlen ? 0 : blk.b;  // batch coordinate of the TMA views
+  // (p, rr and the block count are recomputed from blockIdx and the parameters where used:
+  // kept live across the block loop they cost the consumers a spill.)
+  auto pair_index = [&] {
+    return static_cast<int>(blockIdx.x) % (a.pair_blocks ? (a.tiles_x + 1) / 2 : a.tiles_x);
+  };
+  auto my_tiles = [&] {
+    if constexpr (!Paired) {
+      return 1;
+    } else {
+      const int p = pair_index();
+      return a.tiles_x - 1 - p != p ? 2 : 1;
+    }
+  };
+  // Block k of this CTA: its block, q head and the visible key tiles [n_lo, n_hi); false:
+  // no such block (varlen grids have spare CTAs).
+  auto decode = [&](int k, Block& blk, int& h, int& n_lo, int& n_hi) {
+    const int p = pair_index();
+    const int rr = static_cast<int>(blockIdx.x) / (a.pair_blocks ? (a.tiles_x + 1) / 2 : a.tiles_x);
+    const int x = k == 0 ? p : a.tiles_x - 1 - p;
+    h = rr % a.hq;
+    if (!find_block<BM>(a, x, rr / a.hq, blk)) return false;
+    key_tile_range<BM, BN>(a, blk, n_lo, n_hi);
+    return true;
+  };
 
   extern __shared__ char smem_raw[];
   const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
@@ -180,6 +209,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int wg = warpgroup_index();
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    cutlass::arch::ClusterBarrier::init(&smem.q_empty, Cfg::Consumers * kWarpgroupThreads);
     cutlass::arch::fence_barrier_init();
   }
   auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kKVBytes,
@@ -188,35 +218,53 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   if (wg == 0) {  // ---- producer ----
     producer_registers<Cfg::kProducerRegs>();
-    if (warp_in_warpgroup() == 0 && elect_one() && n_hi > n_lo) {
-      Tensor mQ =
-          domain_offset(make_coord(static_cast<int>(blk.q_row0), 0, 0, 0),
-                        tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, varlen ? 1 : a.batches)));
-      Tensor mK =
-          domain_offset(make_coord(static_cast<int>(blk.k_row0), 0, 0, 0),
-                        tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, varlen ? 1 : a.batches)));
-      Tensor mV =
-          domain_offset(make_coord(0, static_cast<int>(blk.k_row0), 0, 0),
-                        tma_v.get_tma_tensor(make_shape(D, a.skv, a.hkv, varlen ? 1 : a.batches)));
-      Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<BM>, Int<D>>{}, make_coord(blk.m, 0));
-      Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<BN>, Int<D>>{}, make_coord(_, 0));
-      Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<D>, Int<BN>>{}, make_coord(0, _));
-      auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
-      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Cfg::kQBytes);
-      copy(tma_q.with(smem.q_full), tQg, tQs(_, 0));
+    if (warp_in_warpgroup() == 0 && elect_one()) {
       auto st = producer_start<Stages>();
-      for (int n = n_hi - 1; n >= n_lo; --n) {
-        pipe.producer_acquire(st);
-        auto* bar = pipe.producer_get_barrier(st);
-        copy(tma_k.with(*bar), tKg(_, n), tKs(_, st.index()));
-        copy(tma_v.with(*bar), tVg(_, n), tVs(_, st.index()));
-        ++st;
+      int loaded = 0;  // tiles whose Q was loaded (the q_full / q_empty phases)
+      for (int k = 0; k < my_tiles(); ++k) {
+        Block blk;
+        int h, n_lo, n_hi;
+        if (!decode(k, blk, h, n_lo, n_hi) || n_hi <= n_lo) continue;
+        const int hk = h / (a.hq / a.hkv), bt = varlen ? 0 : blk.b;
+        Tensor mQ =
+            domain_offset(make_coord(static_cast<int>(blk.q_row0), 0, 0, 0),
+                          tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, varlen ? 1 : a.batches)));
+        Tensor mK = domain_offset(
+            make_coord(static_cast<int>(blk.k_row0), 0, 0, 0),
+            tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, varlen ? 1 : a.batches)));
+        Tensor mV = domain_offset(
+            make_coord(0, static_cast<int>(blk.k_row0), 0, 0),
+            tma_v.get_tma_tensor(make_shape(D, a.skv, a.hkv, varlen ? 1 : a.batches)));
+        Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<BM>, Int<D>>{}, make_coord(blk.m, 0));
+        Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<BN>, Int<D>>{}, make_coord(_, 0));
+        Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<D>, Int<BN>>{}, make_coord(0, _));
+        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+        auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+        auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
+        // The first K/V tile may go out before Q's buffer is free; Q waits for q_empty.
+        int n = n_hi - 1;
+        if (Paired && loaded > 0) {
+          pipe.producer_acquire(st);
+          auto* bar = pipe.producer_get_barrier(st);
+          copy(tma_k.with(*bar), tKg(_, n), tKs(_, st.index()));
+          copy(tma_v.with(*bar), tVg(_, n), tVs(_, st.index()));
+          ++st;
+          --n;
+          cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (loaded - 1) & 1);
+        }
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Cfg::kQBytes);
+        copy(tma_q.with(smem.q_full), tQg, tQs(_, 0));
+        for (; n >= n_lo; --n) {
+          pipe.producer_acquire(st);
+          auto* bar = pipe.producer_get_barrier(st);
+          copy(tma_k.with(*bar), tKg(_, n), tKs(_, st.index()));
+          copy(tma_v.with(*bar), tVg(_, n), tVs(_, st.index()));
+          ++st;
+        }
+        ++loaded;
       }
       pipe.producer_tail(st);
     }
@@ -253,206 +301,220 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const bool capped = a.softcap > 0.f;
   const float mult = capped ? kLog2e : a.scale * kLog2e;
   const float cap_in = capped ? a.scale / a.softcap : 0.f;
-  const int offset = blk.skv - blk.sq;
-  const int row_base = blk.m * BM + wgc * 64 + warp * 16 + lane / 4;  // + 8 * i1
-  const int col_lane = 2 * (lane % 4);                                // + 8 * g + i0
+  const int col_lane = 2 * (lane % 4);  // + 8 * g + i0
 
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  CUTE_UNROLL
-  for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.f;
+  // Ping-pong: the warpgroups take turns (cyclically) issuing their WGMMAs (named barriers),
+  // so one's softmax lines up with the others' GEMMs instead of all contending at once. Every
+  // warpgroup has the same number of turns per tile, so the ring runs on across tiles.
+  constexpr int C = Cfg::Consumers;
+  const bool pingpong = Cfg::kOverlap && a.pingpong;
+  const int pp_next = kPingPongBarrier0 + (wgc + 1) % C;
+  if (pingpong && wgc == C - 1) named_barrier_arrive(kPingPongBarrier0);  // warpgroup 0 first
+  PipeState<Stages> st;
+  int loaded = 0;
 
-  if (n_hi > n_lo) {
-    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
-    const int row_lo = blk.m * BM, row_hi = blk.m * BM + BM - 1;
-    auto issue_qk = [&](int stage) {
-      mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(tSrS);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
-        cute::gemm(mma_qk, tSrQ(_, _, kb, 0), tSrK(_, _, kb, stage), tSrS);
-        mma_qk.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-    };
-    auto issue_pv = [&](int stage) {
-      warpgroup_fence_operand(tOrO);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int kb = 0; kb < BN / 16; ++kb)
-        cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
-      warpgroup_commit_batch();
-    };
-    // Softcap, mask and online softmax of key tile n in place (S becomes P, fp32); the O
-    // rescale factors go to alpha (applied once the PV WGMMA reading O has finished).
-    auto softmax = [&](int n, float(&alpha)[2]) {
-      if (capped) {
+  for (int k = 0; k < my_tiles(); ++k) {
+    Block blk;
+    int h, n_lo, n_hi;
+    if (!decode(k, blk, h, n_lo, n_hi)) continue;
+    const int offset = blk.skv - blk.sq;
+    const int row_base = blk.m * BM + wgc * 64 + warp * 16 + lane / 4;  // + 8 * i1
+
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.f;
+
+    if (n_hi > n_lo) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, Paired ? loaded & 1 : 0);
+      const int row_lo = blk.m * BM, row_hi = blk.m * BM + BM - 1;
+      auto issue_qk = [&](int stage) {
+        mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(tSrS);
+        warpgroup_arrive();
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = a.softcap * tanhf(tSrS(i) * cap_in);
-      }
-      const int col0 = n * BN;
-      const bool need_mask =
-          col0 + BN > blk.skv ||
-          (a.window_right >= 0 && col0 + BN - 1 > row_lo + offset + a.window_right) ||
-          (a.window_left >= 0 && col0 < row_hi + offset - a.window_left);
-      if (need_mask) {
+        for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+          cute::gemm(mma_qk, tSrQ(_, _, kb, 0), tSrK(_, _, kb, stage), tSrS);
+          mma_qk.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+      };
+      auto issue_pv = [&](int stage) {
+        warpgroup_fence_operand(tOrO);
+        warpgroup_fence_operand(tOrP);
+        warpgroup_arrive();
         CUTE_UNROLL
-        for (int i1 = 0; i1 < 2; ++i1) {
-          const int row = row_base + 8 * i1;
-          int c_end = blk.skv;  // visible cols [c_begin, c_end)
-          if (a.window_right >= 0) c_end = min(c_end, row + offset + a.window_right + 1);
-          // Limits relative to this thread's first column, so that each element is one compare
-          // of its compile-time offset 8g + i0 (+ a select): the softmax is issue-bound.
-          const int hi = c_end - col0 - col_lane;
-          if (a.window_left < 0) {  // causal / padding: the upper limit only
-            CUTE_UNROLL
-            for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
-            for (int i0 = 0; i0 < 2; ++i0)
-              if (8 * g + i0 >= hi) S(i0, i1, g) = -INFINITY;
-          } else {
-            const int lo = row + offset - a.window_left - col0 - col_lane;
-            CUTE_UNROLL
-            for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
-            for (int i0 = 0; i0 < 2; ++i0)
-              if (8 * g + i0 >= hi || 8 * g + i0 < lo) S(i0, i1, g) = -INFINITY;
+        for (int kb = 0; kb < BN / 16; ++kb)
+          cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
+        warpgroup_commit_batch();
+      };
+      // Softcap, mask and online softmax of key tile n in place (S becomes P, fp32); the O
+      // rescale factors go to alpha (applied once the PV WGMMA reading O has finished).
+      auto softmax = [&](int n, float(&alpha)[2]) {
+        if (capped) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) tSrS(i) = a.softcap * tanhf(tSrS(i) * cap_in);
+        }
+        const int col0 = n * BN;
+        const bool need_mask =
+            col0 + BN > blk.skv ||
+            (a.window_right >= 0 && col0 + BN - 1 > row_lo + offset + a.window_right) ||
+            (a.window_left >= 0 && col0 < row_hi + offset - a.window_left);
+        if (need_mask) {
+          CUTE_UNROLL
+          for (int i1 = 0; i1 < 2; ++i1) {
+            const int row = row_base + 8 * i1;
+            int c_end = blk.skv;  // visible cols [c_begin, c_end)
+            if (a.window_right >= 0) c_end = min(c_end, row + offset + a.window_right + 1);
+            // Limits relative to this thread's first column, so that each element is one compare
+            // of its compile-time offset 8g + i0 (+ a select): the softmax is issue-bound.
+            const int hi = c_end - col0 - col_lane;
+            if (a.window_left < 0) {  // causal / padding: the upper limit only
+              CUTE_UNROLL
+              for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+              for (int i0 = 0; i0 < 2; ++i0)
+                if (8 * g + i0 >= hi) S(i0, i1, g) = -INFINITY;
+            } else {
+              const int lo = row + offset - a.window_left - col0 - col_lane;
+              CUTE_UNROLL
+              for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+              for (int i0 = 0; i0 < 2; ++i0)
+                if (8 * g + i0 >= hi || 8 * g + i0 < lo) S(i0, i1, g) = -INFINITY;
+            }
           }
         }
-      }
-      CUTE_UNROLL
-      for (int i1 = 0; i1 < 2; ++i1) {
-        float mx = m_run[i1];
         CUTE_UNROLL
-        for (int g = 0; g < BN / 8; ++g) mx = fmaxf(mx, fmaxf(S(0, i1, g), S(1, i1, g)));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // The running max moves only when the new one exceeds it by more than 2^8 in the
-        // exponent (P <= 256 otherwise: fine for 16-bit P and fp32 sums; l and O share the
-        // stale max, so O / l is unchanged). Most tiles then skip the O rescale. (-inf - -inf
-        // is NaN: no move.)
-        if (Cfg::kLazyRescale && !((mx - m_run[i1]) * mult > kRescaleLog2)) mx = m_run[i1];
-        alpha[i1] = mx == m_run[i1] ? 1.f : tile::exp2_ftz((m_run[i1] - mx) * mult);
-        const float m_scaled = mx == -INFINITY ? 0.f : mx * mult;
-        float sum = 0.f;
+        for (int i1 = 0; i1 < 2; ++i1) {
+          float mx = m_run[i1];
+          CUTE_UNROLL
+          for (int g = 0; g < BN / 8; ++g) mx = fmaxf(mx, fmaxf(S(0, i1, g), S(1, i1, g)));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          // The running max moves only when the new one exceeds it by more than 2^8 in the
+          // exponent (P <= 256 otherwise: fine for 16-bit P and fp32 sums; l and O share the
+          // stale max, so O / l is unchanged). Most tiles then skip the O rescale. (-inf - -inf
+          // is NaN: no move.)
+          if (Cfg::kLazyRescale && !((mx - m_run[i1]) * mult > kRescaleLog2)) mx = m_run[i1];
+          alpha[i1] = mx == m_run[i1] ? 1.f : tile::exp2_ftz((m_run[i1] - mx) * mult);
+          const float m_scaled = mx == -INFINITY ? 0.f : mx * mult;
+          float sum = 0.f;
+          CUTE_UNROLL
+          for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
+          for (int i0 = 0; i0 < 2; ++i0) {
+            const float p = tile::exp2_ftz(fmaf(S(i0, i1, g), mult, -m_scaled));
+            S(i0, i1, g) = p;
+            sum += p;
+          }
+          l_run[i1] = l_run[i1] * alpha[i1] + sum;
+          m_run[i1] = mx;
+        }
+      };
+      auto rescale_and_convert = [&](const float(&alpha)[2]) {
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // warp-uniform
+          CUTE_UNROLL
+          for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+          for (int g = 0; g < D / 8; ++g) {
+            O(0, i1, g) *= alpha[i1];
+            O(1, i1, g) *= alpha[i1];
+          }
+        }
         CUTE_UNROLL
         for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
-        for (int i0 = 0; i0 < 2; ++i0) {
-          const float p = tile::exp2_ftz(fmaf(S(i0, i1, g), mult, -m_scaled));
-          S(i0, i1, g) = p;
-          sum += p;
-        }
-        l_run[i1] = l_run[i1] * alpha[i1] + sum;
-        m_run[i1] = mx;
-      }
-    };
-    auto rescale_and_convert = [&](const float(&alpha)[2]) {
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {  // warp-uniform
-        CUTE_UNROLL
         for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
-        for (int g = 0; g < D / 8; ++g) {
-          O(0, i1, g) *= alpha[i1];
-          O(1, i1, g) *= alpha[i1];
-        }
-      }
-      CUTE_UNROLL
-      for (int g = 0; g < BN / 8; ++g) CUTE_UNROLL
-      for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
-      for (int i0 = 0; i0 < 2; ++i0)
-        tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<T>(S(i0, i1, g));
-    };
+        for (int i0 = 0; i0 < 2; ++i0)
+          tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<T>(S(i0, i1, g));
+      };
 
-    // Overlap (Stages >= 3): tile n's QK^T is issued together with the previous tile's PV,
-    // and tile n's softmax runs while that PV is in flight (one stage stays held for it).
-    // Ping-pong: the warpgroups take turns (cyclically) issuing their WGMMAs (named barriers),
-    // so one's softmax lines up with the others' GEMMs instead of all contending at once.
-    constexpr int C = Cfg::Consumers;
-    const bool pingpong = Cfg::kOverlap && a.pingpong;
-    const int pp_next = kPingPongBarrier0 + (wgc + 1) % C;
-    if (pingpong && wgc == C - 1) named_barrier_arrive(kPingPongBarrier0);  // warpgroup 0 first
-    PipeState<Stages> st;
-    mma_pv.accumulate_ = GMMA::ScaleOut::One;
-    float alpha[2];
-    if constexpr (!Cfg::kOverlap) {
-      for (int n = n_hi - 1; n >= n_lo; --n) {
-        pipe.consumer_wait(st);
-        issue_qk(st.index());
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        softmax(n, alpha);
-        rescale_and_convert(alpha);
-        issue_pv(st.index());
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tOrO);
-        pipe.consumer_release(st);
-        ++st;
-      }
-    } else {
-      // The first tile alone (nothing to overlap); then no branch between a WGMMA's issue
-      // and its wait, or ptxas serializes the WGMMAs (C7513).
-      pipe.consumer_wait(st);
-      if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
-      issue_qk(st.index());
-      if (pingpong) named_barrier_arrive(pp_next);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
-      softmax(n_hi - 1, alpha);
-      rescale_and_convert(alpha);
-      PipeState<Stages> st_prev = st;
-      ++st;
-      for (int n = n_hi - 2; n >= n_lo; --n) {
+      // Overlap (Stages >= 3): tile n's QK^T is issued together with the previous tile's PV,
+      // and tile n's softmax runs while that PV is in flight (one stage stays held for it).
+      mma_pv.accumulate_ = GMMA::ScaleOut::One;
+      float alpha[2];
+      if constexpr (!Cfg::kOverlap) {
+        for (int n = n_hi - 1; n >= n_lo; --n) {
+          pipe.consumer_wait(st);
+          issue_qk(st.index());
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tSrS);
+          softmax(n, alpha);
+          rescale_and_convert(alpha);
+          issue_pv(st.index());
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+          pipe.consumer_release(st);
+          ++st;
+        }
+        if constexpr (Paired)
+          cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);  // all QK^T done
+      } else {
+        // The first tile alone (nothing to overlap); then no branch between a WGMMA's issue
+        // and its wait, or ptxas serializes the WGMMAs (C7513).
         pipe.consumer_wait(st);
         if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
         issue_qk(st.index());
-        issue_pv(st_prev.index());
         if (pingpong) named_barrier_arrive(pp_next);
-        warpgroup_wait<1>();
+        warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
-        softmax(n, alpha);
+        softmax(n_hi - 1, alpha);
+        rescale_and_convert(alpha);
+        PipeState<Stages> st_prev = st;
+        ++st;
+        for (int n = n_hi - 2; n >= n_lo; --n) {
+          pipe.consumer_wait(st);
+          if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
+          issue_qk(st.index());
+          issue_pv(st_prev.index());
+          if (pingpong) named_barrier_arrive(pp_next);
+          warpgroup_wait<1>();
+          warpgroup_fence_operand(tSrS);
+          softmax(n, alpha);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+          pipe.consumer_release(st_prev);
+          rescale_and_convert(alpha);
+          st_prev = st;
+          ++st;
+        }
+        if constexpr (Paired)
+          cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);  // all QK^T done
+        issue_pv(st_prev.index());
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         pipe.consumer_release(st_prev);
-        rescale_and_convert(alpha);
-        st_prev = st;
-        ++st;
       }
-      issue_pv(st_prev.index());
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrO);
-      pipe.consumer_release(st_prev);
+      if constexpr (Paired) ++loaded;
     }
-  }
 
-  // ---- epilogue: normalize, join the sink, store O and lse ----
-  const float sink_t = a.sinks != nullptr ? a.sinks[h] * kLog2e : -INFINITY;
-  T* out = static_cast<T*>(a.out) + blk.b * a.o_sb + h * a.o_sh;
-  CUTE_UNROLL
-  for (int i1 = 0; i1 < 2; ++i1) {
-    float l = l_run[i1];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float m_t = m_run[i1] == -INFINITY ? -INFINITY : m_run[i1] * mult;
-    const float m_fin = fmaxf(m_t, sink_t);
-    float o_scale = 0.f, lse = -INFINITY;
-    if (m_fin != -INFINITY) {
-      const float keep = exp2f(m_t - m_fin);
-      l = l * keep + exp2f(sink_t - m_fin);
-      o_scale = keep / l;
-      lse = (m_fin + log2f(l)) * kLn2;
-    }
-    const int row = row_base + 8 * i1;
-    if (row >= blk.sq) continue;
-    T* orow = out + (blk.q_row0 + row) * a.o_ss;
+    // ---- epilogue: normalize, join the sink, store O and lse ----
+    const float sink_t = a.sinks != nullptr ? a.sinks[h] * kLog2e : -INFINITY;
+    T* out = static_cast<T*>(a.out) + blk.b * a.o_sb + h * a.o_sh;
     CUTE_UNROLL
-    for (int g = 0; g < D / 8; ++g) {
-      const T lo = static_cast<T>(O(0, i1, g) * o_scale),
-              hi = static_cast<T>(O(1, i1, g) * o_scale);
-      const uint32_t packed = uint32_t{reinterpret_cast<const uint16_t&>(lo)} |
-                              (uint32_t{reinterpret_cast<const uint16_t&>(hi)} << 16);
-      *reinterpret_cast<uint32_t*>(orow + 8 * g + col_lane) = packed;
+    for (int i1 = 0; i1 < 2; ++i1) {
+      float l = l_run[i1];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float m_t = m_run[i1] == -INFINITY ? -INFINITY : m_run[i1] * mult;
+      const float m_fin = fmaxf(m_t, sink_t);
+      float o_scale = 0.f, lse = -INFINITY;
+      if (m_fin != -INFINITY) {
+        const float keep = exp2f(m_t - m_fin);
+        l = l * keep + exp2f(sink_t - m_fin);
+        o_scale = keep / l;
+        lse = (m_fin + log2f(l)) * kLn2;
+      }
+      const int row = row_base + 8 * i1;
+      if (row >= blk.sq) continue;
+      T* orow = out + (blk.q_row0 + row) * a.o_ss;
+      CUTE_UNROLL
+      for (int g = 0; g < D / 8; ++g) {
+        const T lo = static_cast<T>(O(0, i1, g) * o_scale),
+                hi = static_cast<T>(O(1, i1, g) * o_scale);
+        const uint32_t packed = uint32_t{reinterpret_cast<const uint16_t&>(lo)} |
+                                (uint32_t{reinterpret_cast<const uint16_t&>(hi)} << 16);
+        *reinterpret_cast<uint32_t*>(orow + 8 * g + col_lane) = packed;
+      }
+      if (a.lse != nullptr && lane % 4 == 0)
+        a.lse[blk.b * a.lse_sb + h * a.lse_sh + blk.q_row0 + row] = lse;
     }
-    if (a.lse != nullptr && lane % 4 == 0)
-      a.lse[blk.b * a.lse_sb + h * a.lse_sh + blk.q_row0 + row] = lse;
-  }
+  }  // tiles
 }
 
 // Host: a TMA view (rows, D, heads, batches) of q/k (K-major) or (D, rows, heads, batches) of
@@ -493,20 +555,35 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
   }();
   FwdArgs args = a;
   args.pingpong = pingpong;
-  auto kernel = attention_fwd_kernel<Cfg, decltype(tma_q), decltype(tma_k), decltype(tma_v)>;
-  static bool configured = false;  // per instantiation: the attribute outlives the call
-  if (!configured) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(Cfg::kSmemBytes));
-    if (err != cudaSuccess) return;  // the launch below reports it
-    configured = true;
-  }
-  dim3 grid;
-  if (varlen)
-    grid = dim3(static_cast<unsigned>((a.sq + Cfg::BM - 1) / Cfg::BM + a.batches), a.hq, 1);
+  // Virtual grid (tiles_x, Hq, batches or 1): varlen has ceil(Tq / BM) + B blocks per head
+  // (every sequence's last block may be partial), padded batches ceil(Sq / BM). Causal-like
+  // masks (window_right >= 0) on padded batches pair a long and a short block per CTA.
+  args.tiles_x =
+      varlen ? (a.sq + Cfg::BM - 1) / Cfg::BM + a.batches : (a.sq + Cfg::BM - 1) / Cfg::BM;
+  // TESSEL_ATTENTION_PAIR=0: one block per CTA (A/B).
+  static const bool pair_allowed = [] {
+    const char* e = std::getenv("TESSEL_ATTENTION_PAIR");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  args.pair_blocks = pair_allowed && !varlen && a.window_right >= 0 && args.tiles_x > 1;
+  const int64_t pairs = args.pair_blocks ? (args.tiles_x + 1) / 2 : args.tiles_x;
+  const dim3 grid(static_cast<unsigned>(pairs * a.hq * (varlen ? 1 : a.batches)));
+  auto go = [&](auto kernel, bool& configured) {  // configured: per instantiation
+    if (!configured) {
+      cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(Cfg::kSmemBytes));
+      if (err != cudaSuccess) return;  // the launch check reports it
+      configured = true;
+    }
+    kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_k, tma_v, args);
+  };
+  static bool configured_one = false, configured_paired = false;
+  if (args.pair_blocks)
+    go(attention_fwd_kernel<Cfg, true, decltype(tma_q), decltype(tma_k), decltype(tma_v)>,
+       configured_paired);
   else
-    grid = dim3(static_cast<unsigned>((a.sq + Cfg::BM - 1) / Cfg::BM), a.hq, a.batches);
-  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_k, tma_v, args);
+    go(attention_fwd_kernel<Cfg, false, decltype(tma_q), decltype(tma_k), decltype(tma_v)>,
+       configured_one);
 }
 
 template <class T>
