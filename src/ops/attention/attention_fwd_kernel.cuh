@@ -1,7 +1,9 @@
 // Hopper attention forward (FlashAttention-style), TMA + WGMMA, warp-specialized.
 //
-// One CTA per (128-row query block, q head, sequence); 1 producer + 2 consumer warpgroups:
-//   producer : one elected thread TMA-loads the (128 x D) Q tile once (own mbarrier), then
+// One CTA per (BM-row query block, q head, sequence) - or per pair of blocks p, tiles_x-1-p
+// of one head under causal-like masks (equal work per CTA, see the kernel) - with 1 producer
+// + 2 consumer warpgroups (BM = 128; D = 64: 3 consumers, BM = 192):
+//   producer : one elected thread TMA-loads the (BM x D) Q tile (own mbarrier), then
 //              walks the visible key tiles right to left, loading each (BN x D) K tile and
 //              V tile into one stage of a Stages-deep ring (tile/sm90/pipeline.cuh).
 //   consumers: warpgroup w owns query rows 64w .. 64w+63. Per key tile:
@@ -14,8 +16,8 @@
 //                                    registers (RS), V read MN-major from shared memory
 //              then O / l (sinks joined in log2 space), written straight from registers.
 // Schedule (D = 64, 128; 3+ stages): tile n's QK^T is issued with tile n+1's PV (keys run
-// right to left), so the softmax of n overlaps that PV; the two warpgroups take turns
-// issuing (named-barrier ping-pong). D = 256 (2 stages) runs the steps in order.
+// right to left), so the softmax of n overlaps that PV; the warpgroups take turns issuing
+// (named-barrier ping-pong ring). D = 256 (2 stages) runs the steps in order.
 // Varlen: each CTA finds its sequence by a scan of cu_seqlens_q; the TMA views are shifted
 // by the sequence's first row (domain_offset); rows past the end belong to the next
 // sequence or are zero-filled by TMA and are masked (keys) or not stored (queries).
