@@ -12,8 +12,8 @@ with TESSEL_CUDA_GRAPHS=0 and puts that decode rate in check_detail.
   python3 bench/e2e.py --tessel build/tessel --json e2e.json [--models 8b,1b] [--layers N]
       [--dir /tmp/tessel_e2e]
 
---pretune fills an autotuner cache with `tessel tune` for the model's decode GEMM shapes first
-(untimed) and runs tessel with the autotuner on and that cache; otherwise the autotuner is off.
+--pretune fills an autotuner cache with `tessel tune` (families gemm_small_m and gemm) for the
+model's decode (M = 1, 16) and prefill (M = --prompt) GEMM shapes first (untimed) and runs tessel with the autotuner on and that cache; otherwise the autotuner is off.
 tessel's figures are those its CLI prints ("prefill N tok in T s", "decode N tok in T s"): the
 whole step loop including host work, one process per case, CUDA_MODULE_LOADING=EAGER, one untimed
 warm-up run of the same prompts first (`tessel run --warmup 1`) and no tuning inside the timed
@@ -125,11 +125,16 @@ def gemm_shapes(cfg, batches):
 def pretune(tessel, shapes, cache):
     """`tessel tune` of the decode GEMM shapes into `cache` (ahead of time, untimed)."""
     env = dict(os.environ, TESSEL_AUTOTUNE_CACHE=cache)
-    out = subprocess.run([tessel, "tune", "--family", "gemm_small_m", "--shapes", shapes],
-                         capture_output=True, text=True, env=env, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"tessel tune failed: {out.stdout[-1000:]} {out.stderr[-1000:]}")
-    return out.stdout
+    text = ""
+    # Both GEMM families: decode rows the small-M kernel does not take (M = 16 on narrow
+    # weights) and the prefill rows run the TMA/WGMMA kernels (family "gemm").
+    for family in ("gemm_small_m", "gemm"):
+        out = subprocess.run([tessel, "tune", "--family", family, "--shapes", shapes],
+                             capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"tessel tune failed: {out.stdout[-1000:]} {out.stderr[-1000:]}")
+        text += out.stdout
+    return text
 
 
 def tessel_times(tessel, folder, batch, prompt_len, new_tokens, graphs=True, tune_cache=None,
@@ -205,8 +210,8 @@ def run_model(tf, args, name, copy_gbps, done=()):
     if args.pretune:
         cache = f"{folder}_autotune.json"
         t1 = time.time()
-        pretune(args.tessel, gemm_shapes(cfg, (1, 16)), cache)
-        print(f"tessel tune ({prefix} decode GEMMs): {time.time() - t1:.0f} s", flush=True)
+        pretune(args.tessel, gemm_shapes(cfg, (1, 16, args.prompt)), cache)
+        print(f"tessel tune ({prefix} decode + prefill GEMMs): {time.time() - t1:.0f} s", flush=True)
     for b in (1, 16):
         prefill_tps, decode_tps, text = tessel_times(args.tessel, folder, b, args.prompt,
                                                      args.new_tokens, tune_cache=cache)

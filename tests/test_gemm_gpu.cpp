@@ -7,9 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "runtime/autotune.hpp"
 #include "tessel/gemm.hpp"
 #include "test_util.hpp"
 
@@ -380,6 +385,79 @@ TEST_F(GemmGpu, SplitKIsDeterministic) {
     c.repeat_bitwise = true;
     check(c);
   }
+}
+
+// Sets (or unsets, value nullptr) an environment variable for the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Keys of the "gemm" family in the process's autotuner cache.
+std::vector<std::string> gemm_keys() {
+  std::vector<std::string> keys;
+  for (const auto& [key, e] : autotune::global_cache().entries())
+    if (key.rfind("gemm|", 0) == 0) keys.push_back(key);
+  return keys;
+}
+
+// The autotuner of the TMA/WGMMA kernels (family "gemm"), on a fresh cache file: every shape
+// above the tuning threshold gets a cache entry; the tuned plan computes the right result
+// (candidates are measured into scratch, so an in-place C = D is read intact afterwards);
+// the choice is sticky (bitwise equal second call); bmm keys carry the batch; with
+// TESSEL_AUTOTUNE=0 nothing is measured or stored. Shapes are ones no other test uses (the
+// choice is memoized per process and exact problem).
+TEST_F(GemmGpu, AutotunedPlans) {
+  std::random_device rd;
+  const std::filesystem::path cache = std::filesystem::temp_directory_path() /
+                                      ("tessel-gemm-tune-" + std::to_string(rd()) + ".json");
+  ScopedEnv path("TESSEL_AUTOTUNE_CACHE", cache.c_str());
+  ScopedEnv on("TESSEL_AUTOTUNE", nullptr);
+  ASSERT_TRUE(gemm_keys().empty());
+  Case r{296, 1048, 264, DType::bf16, DType::bf16, BLayout::nk, 0.5f, 1.f};
+  r.bias = Bias::f32;
+  r.act = GemmActivation::gelu_tanh;
+  r.in_place_c = true;
+  check(r);
+  ASSERT_EQ(gemm_keys().size(), 1u);
+  Case twice{232, 1304, 392, DType::f16, DType::f32, BLayout::kn};
+  twice.repeat_bitwise = true;
+  check(twice);
+  Case batched{184, 344, 528, DType::bf16, DType::bf16, BLayout::nk};
+  batched.batch = 3;
+  check(batched);
+  const std::vector<std::string> keys = gemm_keys();
+  ASSERT_EQ(keys.size(), 3u);
+  int with_batch = 0;
+  for (const std::string& k : keys) with_batch += k.find("|nk-b3|") != std::string::npos;
+  EXPECT_EQ(with_batch, 1);
+  EXPECT_TRUE(std::filesystem::exists(cache));
+  {
+    ScopedEnv off("TESSEL_AUTOTUNE", "0");
+    check({168, 1064, 536, DType::bf16, DType::bf16, BLayout::nk});
+  }
+  EXPECT_EQ(gemm_keys().size(), 3u) << "TESSEL_AUTOTUNE=0 stored a choice";
+  // Below the threshold (launch-bound): the deterministic plan, no entry.
+  check({40, 72, 136, DType::bf16, DType::bf16, BLayout::nk});
+  EXPECT_EQ(gemm_keys().size(), 3u);
+  std::error_code ec;
+  std::filesystem::remove(cache, ec);
 }
 
 TEST_F(GemmGpu, BatchedMatchesFloat64) {

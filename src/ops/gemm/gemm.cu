@@ -13,9 +13,12 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "ops/gemm/gemm_run.cuh"
+#include "runtime/autotune.hpp"
 #include "runtime/check.hpp"
 #include "runtime/workspace.hpp"
 #include "tessel/gemm.hpp"
@@ -42,6 +45,7 @@ using gemm_detail::kFlat;
 using gemm_detail::kMid;
 using gemm_detail::kSmall;
 using gemm_detail::kSmallN2;
+using gemm_detail::kTiny;
 using gemm_detail::kTinySplit;
 using gemm_detail::kWide;
 
@@ -165,6 +169,80 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
   pl.splits = static_cast<int>(std::min<int64_t>(std::max(pl.splits, 1), kt));
   return pl;
 }
+
+// ---- autotuning (family "gemm") --------------------------------------------------------
+// A plan is one config id for the autotuner: cfg + 8·(splits + 64·group index), group from
+// kGroups. Candidates per problem: every tile config the layout can run (B (K,N): the
+// MN-major 128x256 / 128x128 / 128x64 kernels), with K slices where the config can split and
+// its tiles leave SMs idle, and raster groups 4 / 16 beside the default 8 for multi-wave grids
+// of the large tiles; plus plan_for's choice, the deterministic fallback.
+constexpr int kGroups[] = {8, 4, 16};
+
+int plan_id(const Plan& p) {
+  int gi = 0;
+  for (int i = 0; i < 3; ++i)
+    if (kGroups[i] == p.group) gi = i;
+  return p.cfg + 8 * (std::clamp(p.splits, 1, 63) + 64 * gi);
+}
+
+Plan plan_of(int id) {
+  Plan p;
+  p.cfg = id % 8;
+  p.splits = std::max(1, (id / 8) % 64);
+  p.group = kGroups[std::clamp(id / 512, 0, 2)];
+  return p;
+}
+
+std::string plan_name(const Plan& p) {
+  static const char* const names[] = {"128x256 2x1", "128x128", "128x64",    "128x64 1x2",
+                                      "64x128",      "128x192", "64x64 2x1", "64x64"};
+  return std::string(names[p.cfg]) + " splits " + std::to_string(p.splits) + " group " +
+         std::to_string(p.group);
+}
+
+std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int sms,
+                                 const Plan& fallback) {
+  struct Shape {
+    int cfg, bm, bn, cm, cn;
+    bool splits, nk_only;
+  };
+  static const Shape shapes[] = {
+      {kBig, 128, 256, 2, 1, false, false}, {kMid, 128, 128, 1, 1, true, false},
+      {kSmall, 128, 64, 1, 1, true, false}, {kSmallN2, 128, 64, 1, 2, true, true},
+      {kFlat, 64, 128, 1, 1, true, true},   {kWide, 128, 192, 1, 1, false, true},
+      {kTiny, 64, 64, 2, 1, false, true},   {kTinySplit, 64, 64, 1, 1, true, true},
+  };
+  std::vector<int> ids{plan_id(fallback)};
+  auto add = [&](int cfg, int splits, int group) {
+    Plan p;
+    p.cfg = cfg;
+    p.splits = splits;
+    p.group = group;
+    const int id = plan_id(p);
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  const int64_t kt = cdiv(K, 64);
+  // Many waves of 128x128 tiles: compute-bound, where the small tiles' lower MMA rate loses.
+  const bool many_waves = cdiv(M, 128) * cdiv(N, 128) * L >= 2 * int64_t{sms};
+  for (const Shape& s : shapes) {
+    if (kn && s.nk_only) continue;
+    if (many_waves && s.bm * s.bn < 128 * 128) continue;
+    const int64_t slots = std::max(1, sms / (s.cm * s.cn));
+    const int64_t units = cdiv(M, int64_t{s.bm} * s.cm) * cdiv(N, int64_t{s.bn} * s.cn) * L;
+    add(s.cfg, 1, 8);
+    if (s.splits && units < slots)
+      for (int k : {2, 3, 4, 6, 8, 12, 16})
+        if (units * k <= 2 * slots && kt / k >= 4) add(s.cfg, k, 8);
+    if (units >= 2 * slots && s.bm * s.bn >= 128 * 128) {
+      add(s.cfg, 1, 4);
+      add(s.cfg, 1, 16);
+    }
+  }
+  return ids;
+}
+
+// Problems below this many flops run plan_for's choice untuned: launch latency dominates.
+constexpr double kMinTuneFlops = 5e7;
 
 // K == 0: D = act(bias) + beta * C.
 template <class TD>
@@ -337,6 +415,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   }
 
   const int sms = detail::current_sm_count();
+  const bool forced = g_force_cfg >= 0 || g_force_splits > 0 || g_force_group > 0;
   Plan pl = plan_for(M, N, K, L, kn, opt.split_k, sms);
   if (g_force_cfg >= 0) pl.cfg = g_force_cfg;
   if (g_force_splits > 0)
@@ -348,31 +427,13 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   p.n = static_cast<int>(N);
   p.k = static_cast<int>(K);
   p.batches = static_cast<int>(L);
-  p.group = pl.group;
-  p.splits = pl.splits;
-  p.epi.c = c ? c->data : nullptr;
-  p.epi.ldc = ldc;
-  p.epi.c_batch = bsc;
   p.epi.alpha = opt.alpha;
-  p.epi.beta = c ? opt.beta : 0.f;
   p.epi.bias = opt.bias ? opt.bias->data : nullptr;
   p.epi.bias_f32 = opt.bias && opt.bias->dtype == DType::f32;
   p.epi.act = to_act(opt.activation);
   p.epi.out = d.dtype == DType::f32   ? OutType::f32
               : d.dtype == DType::f16 ? OutType::f16
                                       : OutType::bf16;
-
-  CUtensorMap tma_d;
-  const CUtensorMapDataType dt = d.dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                 : d.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult cr = tile::sm90::make_tma_store_desc(
-      &tma_d, d.data, dt, static_cast<int>(dtype_size(d.dtype)), M, N, ldd, L, bsd);
-  if (cr != CUDA_SUCCESS)
-    throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op +
-                                       ": cuTensorMapEncodeTiled failed (CUresult " +
-                                       std::to_string(static_cast<int>(cr)) + ")");
-
   GemmOperands ops;
   ops.a = a.data;
   ops.lda = av.pitch;
@@ -380,11 +441,131 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   ops.b = b.data;
   ops.ldb = bv.pitch;
   ops.batch_b = b.ndim == 3 ? bv.bstride : 0;
-  if (a.dtype == DType::bf16)
-    gemm_detail::run_bf16(pl.cfg, kn, ops, tma_d, p, sms, stream);
-  else
-    gemm_detail::run_f16(pl.cfg, kn, ops, tma_d, p, sms, stream);
+
+  // One launch of plan `plan` writing `out` (row pitch ld_out, batch stride bs_out), with C
+  // when `with_c`.
+  auto launch_plan = [&](const Plan& plan, void* out, int64_t ld_out, int64_t bs_out, bool with_c) {
+    GemmParams q = p;
+    q.group = plan.group;
+    q.splits = static_cast<int>(std::min<int64_t>(plan.splits, cdiv(K, 64)));
+    q.epi.c = with_c && c ? c->data : nullptr;
+    q.epi.ldc = with_c ? ldc : 0;
+    q.epi.c_batch = with_c ? bsc : 0;
+    q.epi.beta = with_c && c ? opt.beta : 0.f;
+    CUtensorMap tma_d;
+    const CUtensorMapDataType dt = d.dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : d.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const CUresult cr = tile::sm90::make_tma_store_desc(
+        &tma_d, out, dt, static_cast<int>(dtype_size(d.dtype)), M, N, ld_out, L, bs_out);
+    if (cr != CUDA_SUCCESS)
+      throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op +
+                                         ": cuTensorMapEncodeTiled failed (CUresult " +
+                                         std::to_string(static_cast<int>(cr)) + ")");
+    if (a.dtype == DType::bf16)
+      gemm_detail::run_bf16(plan.cfg, kn, ops, tma_d, q, sms, stream);
+    else
+      gemm_detail::run_f16(plan.cfg, kn, ops, tma_d, q, sms, stream);
+  };
+
+  // The autotuner's plan: measured on first use of the problem's key (family "gemm"), unless
+  // the caller fixed the K slices, a tuning hook forces a config, or the problem is tiny.
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) *
+                       static_cast<double>(K) * static_cast<double>(L);
+  if (!forced && opt.split_k < 1 && flops >= kMinTuneFlops && autotune::enabled()) {
+    int dev = 0;
+    TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+    using MemoKey = std::tuple<int, int, int, bool, int64_t, int64_t, int64_t, int64_t>;
+    static std::mutex memo_mu;
+    static std::map<MemoKey, int> memo;
+    const MemoKey mk{dev, static_cast<int>(a.dtype), static_cast<int>(d.dtype), kn, M, N, K, L};
+    int id = -1;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu);
+      if (auto it = memo.find(mk); it != memo.end()) id = it->second;
+    }
+    if (id < 0) {
+      const std::string layout =
+          std::string(kn ? "kn" : "nk") + (L > 1 ? "-b" + std::to_string(autotune::bucket(L)) : "");
+      const std::string key = autotune::make_key(
+          "gemm", autotune::current_gpu_name(),
+          std::string(dtype_name(a.dtype)) + "->" + dtype_name(d.dtype), layout, M, N, K);
+      // Candidates write a scratch output (d may be C and must not be clobbered), without C.
+      DeviceBuffer scratch;
+      auto measure = [&](int cand) -> double {
+        if (scratch.data() == nullptr)
+          scratch = DeviceBuffer(static_cast<size_t>(L * M * N) * dtype_size(d.dtype));
+        return autotune::time_on_stream(
+            stream, [&] { launch_plan(plan_of(cand), scratch.data(), N, M * N, false); });
+      };
+      id = autotune::select_for_stream(stream, key, tune_candidates(M, N, K, L, kn, sms, pl),
+                                       plan_id(pl), measure);
+      if (!detail::stream_capturing(stream)) {
+        std::lock_guard<std::mutex> lock(memo_mu);
+        memo[mk] = id;
+      }
+    }
+    pl = plan_of(id);
+  }
+  launch_plan(pl, d.data, ldd, bsd, true);
 }
+
+// ---- ahead-of-time tuning (`tessel tune --family gemm`) ---------------------------------
+
+void pretune_gemm(const std::vector<std::vector<int64_t>>& shapes_in,
+                  std::vector<std::string>& report) {
+  std::vector<std::vector<int64_t>> shapes = shapes_in;
+  if (shapes.empty()) {
+    // The Llama-3-8B linears at prefill / batched sizes, and the squares of the bench.
+    const int64_t nk[][2] = {
+        {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+    for (int64_t m : {128, 512, 4096})
+      for (const auto& x : nk) shapes.push_back({m, x[0], x[1]});
+    shapes.push_back({8192, 8192, 8192});
+  }
+  if (!autotune::enabled()) {
+    report.push_back("TESSEL_AUTOTUNE=0: tuning is off, nothing to do");
+    return;
+  }
+  cudaStream_t stream = nullptr;
+  TESSEL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Guard {
+    cudaStream_t s;
+    ~Guard() { cudaStreamDestroy(s); }
+  } guard{stream};
+  for (const auto& s : shapes) {
+    const int64_t M = s[0], N = s[1], K = s[2];
+    std::string line =
+        std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " bf16 nk: ";
+    if (M < 1 || N % 8 != 0 || K % 8 != 0 || K < 8 ||
+        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) <
+            kMinTuneFlops) {
+      report.push_back(line + "not tuned (needs N, K multiples of 8 and >= " +
+                       std::to_string(static_cast<int64_t>(kMinTuneFlops)) + " flops)");
+      continue;
+    }
+    DeviceBuffer a(size_t(M * K) * 2), b(size_t(N * K) * 2), d(size_t(M * N) * 2);
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(a.data(), 0x3C, a.bytes(), stream));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(b.data(), 0x3C, b.bytes(), stream));
+    const Tensor ta = Tensor::contiguous(a.data(), DType::bf16, {M, K});
+    const Tensor tb = Tensor::contiguous(b.data(), DType::bf16, {N, K});
+    Tensor td = Tensor::contiguous(d.data(), DType::bf16, {M, N});
+    gemm_impl("gemm", false, ta, tb, td, stream, GemmOptions{});
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::string key =
+        autotune::make_key("gemm", autotune::current_gpu_name(), "bf16->bf16", "nk", M, N, K);
+    const auto e = autotune::global_cache().find(key);
+    report.push_back(
+        line + (e ? plan_name(plan_of(e->config)) + " (" + std::to_string(e->ms * 1e3) + " us)"
+                  : std::string("no entry (the small-M kernel runs it: tessel tune "
+                                "--family gemm_small_m)")));
+  }
+}
+
+[[maybe_unused]] const bool g_pretune_registered = [] {
+  autotune::register_pretune("gemm", pretune_gemm);
+  return true;
+}();
 
 }  // namespace
 
