@@ -90,17 +90,33 @@ void Timer::flush() {
 }
 
 double Timer::measure(const std::function<void()>& fn, const MeasureOptions& opt) {
+  return measure_interleaved({fn}, opt)[0];
+}
+
+std::pair<double, double> Timer::measure_pair(const std::function<void()>& a,
+                                              const std::function<void()>& b,
+                                              const MeasureOptions& opt) {
+  const std::vector<double> ms = measure_interleaved({a, b}, opt);
+  return {ms[0], ms[1]};
+}
+
+std::vector<double> Timer::measure_interleaved(const std::vector<std::function<void()>>& fns,
+                                               const MeasureOptions& opt) {
   const int iters = std::max(1, opt.iters);
-  for (int i = 0; i < opt.warmup; ++i) {
-    if (opt.flush_l2) flush();
-    fn();
-  }
-  std::vector<cudaEvent_t> start(iters), stop(iters);
-  for (int i = 0; i < iters; ++i) {
+  const int nf = static_cast<int>(fns.size());
+  for (int i = 0; i < opt.warmup; ++i)
+    for (const auto& fn : fns) {
+      if (opt.flush_l2) flush();
+      fn();
+    }
+  // Events [i * nf + f]: iteration i of body f; the bodies alternate within each iteration.
+  const int n = iters * nf;
+  std::vector<cudaEvent_t> start(n), stop(n);
+  for (int i = 0; i < n; ++i) {
     TESSEL_BENCH_CUDA(cudaEventCreate(&start[i]));
     TESSEL_BENCH_CUDA(cudaEventCreate(&stop[i]));
   }
-  std::vector<double> ms(iters);
+  std::vector<double> ms(n);
   const bool hold = opt.hold && hold_enabled();
   if (hold && !hold_flag_) {
     int* p = nullptr;
@@ -120,20 +136,23 @@ double Timer::measure(const std::function<void()>& fn, const MeasureOptions& opt
       hold_until_released<<<1, 1, 0, stream_>>>(flag_dev, timed_out_dev, 2000000000ull);
       TESSEL_BENCH_CUDA(cudaGetLastError());
     }
-    std::vector<double> host_us(iters);
-    for (int i = 0; i < iters; ++i) {
-      if (opt.flush_l2) flush();
-      TESSEL_BENCH_CUDA(cudaEventRecord(start[i], stream_));
-      const auto t0 = std::chrono::steady_clock::now();
-      fn();
-      host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                       .count();
-      TESSEL_BENCH_CUDA(cudaEventRecord(stop[i], stream_));
-    }
+    std::vector<double> host_us(n);
+    for (int i = 0; i < iters; ++i)
+      for (int f = 0; f < nf; ++f) {
+        const int e = i * nf + f;
+        if (opt.flush_l2) flush();
+        TESSEL_BENCH_CUDA(cudaEventRecord(start[e], stream_));
+        const auto t0 = std::chrono::steady_clock::now();
+        fns[f]();
+        host_us[e] =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count();
+        TESSEL_BENCH_CUDA(cudaEventRecord(stop[e], stream_));
+      }
     if (const char* v = std::getenv("TESSEL_BENCH_HOST_TIMES"); v && v[0] == '1') {
       std::sort(host_us.begin(), host_us.end());
       std::fprintf(stderr, "tessel bench: host enqueue of one body: median %.1f us, max %.1f us\n",
-                   host_us[iters / 2], host_us.back());
+                   host_us[n / 2], host_us.back());
     }
     if (hold) {
       __atomic_store_n(const_cast<int*>(hold_flag_), 1, __ATOMIC_SEQ_CST);
@@ -144,25 +163,31 @@ double Timer::measure(const std::function<void()>& fn, const MeasureOptions& opt
                    "tessel bench: the measured body waited on the host; timed unheld instead\n");
     }
     TESSEL_BENCH_CUDA(cudaGetLastError());
-    for (int i = 0; i < iters; ++i) {
+    for (int i = 0; i < n; ++i) {
       float t = 0.f;
       TESSEL_BENCH_CUDA(cudaEventElapsedTime(&t, start[i], stop[i]));
       ms[i] = t;
     }
   } catch (...) {
     if (hold) __atomic_store_n(const_cast<int*>(hold_flag_), 1, __ATOMIC_SEQ_CST);
-    for (int i = 0; i < iters; ++i) {
+    for (int i = 0; i < n; ++i) {
       cudaEventDestroy(start[i]);
       cudaEventDestroy(stop[i]);
     }
     throw;
   }
-  for (int i = 0; i < iters; ++i) {
+  for (int i = 0; i < n; ++i) {
     cudaEventDestroy(start[i]);
     cudaEventDestroy(stop[i]);
   }
-  std::sort(ms.begin(), ms.end());
-  return iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
+  std::vector<double> medians(nf);
+  for (int f = 0; f < nf; ++f) {
+    std::vector<double> v(iters);
+    for (int i = 0; i < iters; ++i) v[i] = ms[i * nf + f];
+    std::sort(v.begin(), v.end());
+    medians[f] = iters % 2 ? v[iters / 2] : 0.5 * (v[iters / 2 - 1] + v[iters / 2]);
+  }
+  return medians;
 }
 
 // ---- SuiteContext --------------------------------------------------------------------
@@ -198,9 +223,12 @@ void SuiteContext::add(Record r) {
   if (ge != std::string::npos) {
     const std::string key = r.target.substr(0, ge);
     const double threshold = std::stod(r.target.substr(ge + 2));
-    if (key == "ratio") r.target_met = r.ratio >= threshold;
-    else if (key == "peak_fraction") r.target_met = r.peak_fraction >= threshold;
-    else throw std::runtime_error("bench: unknown target '" + r.target + "'");
+    if (key == "ratio")
+      r.target_met = r.ratio >= threshold;
+    else if (key == "peak_fraction")
+      r.target_met = r.peak_fraction >= threshold;
+    else
+      throw std::runtime_error("bench: unknown target '" + r.target + "'");
   }
   if (r.check != "OK") r.target_met = false;
   if (run_.verbose) {

@@ -50,14 +50,14 @@ struct Record {
   std::vector<std::pair<std::string, int64_t>> shape;  // e.g. {{"rows", 16384}, {"cols", 4096}}
   // Boolean properties written as top-level JSON booleans, e.g. {{"causal", true}}.
   std::vector<std::pair<std::string, bool>> flags;
-  std::string dtype;                                   // "bf16", "f32", "bf16->f32"
-  std::string metric;                                  // "GB/s" or "TFLOP/s"
-  double ours = 0.0;                                   // achieved, in metric units
-  std::string baseline;                                // baseline's name
-  double baseline_value = 0.0;                         // baseline's achieved value
-  double ratio = 0.0;                                  // ours / baseline_value
-  double peak_fraction = 0.0;  // ours / peaks.copy_GBps (GB/s) or bf16_TFLOPs (TFLOP/s)
-  double ours_ms = 0.0;        // median times, for the console table
+  std::string dtype;            // "bf16", "f32", "bf16->f32"
+  std::string metric;           // "GB/s" or "TFLOP/s"
+  double ours = 0.0;            // achieved, in metric units
+  std::string baseline;         // baseline's name
+  double baseline_value = 0.0;  // baseline's achieved value
+  double ratio = 0.0;           // ours / baseline_value
+  double peak_fraction = 0.0;   // ours / peaks.copy_GBps (GB/s) or bf16_TFLOPs (TFLOP/s)
+  double ours_ms = 0.0;         // median times, for the console table
   double baseline_ms = 0.0;
   // Target made visible in tables and JSON: "peak_fraction>=0.90" or "ratio>=0.95".
   std::string target;
@@ -76,6 +76,14 @@ class Timer {
   Timer& operator=(const Timer&) = delete;
 
   double measure(const std::function<void()>& fn, const MeasureOptions& opt);
+  // Median times of two bodies timed alternately (a, b, a, b, ...): clock and power drift
+  // during the run shifts both alike, so their ratio is steadier than that of two
+  // back-to-back measure() calls.
+  std::pair<double, double> measure_pair(const std::function<void()>& a,
+                                         const std::function<void()>& b, const MeasureOptions& opt);
+  // Medians of several bodies, alternating within each iteration.
+  std::vector<double> measure_interleaved(const std::vector<std::function<void()>>& fns,
+                                          const MeasureOptions& opt);
   cudaStream_t stream() const { return stream_; }
 
  private:
