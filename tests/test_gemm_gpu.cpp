@@ -233,6 +233,27 @@ TEST_F(GemmGpu, WideTileConfig) {
   check({509, 6328, 136, DType::bf16, DType::bf16, BLayout::nk});
 }
 
+// 128x128 tiles in 2x1 clusters (cfg 8, B multicast), forced: ragged M (the cluster's second
+// CTA partly or wholly past M), N and K, every output dtype, bias + activation, in-place
+// residual; B (K,N) runs the unclustered 128x128 kernel instead.
+TEST_F(GemmGpu, ClusteredMidTileConfig) {
+  struct Reset {
+    ~Reset() { gemm_detail::set_tuning(-1, 0, 0); }
+  } reset;
+  gemm_detail::set_tuning(8, 0, 0);
+  check({300, 392, 200, DType::bf16, DType::bf16, BLayout::nk});
+  check({100, 264, 72, DType::f16, DType::f32, BLayout::nk});
+  Case c{385, 584, 136, DType::bf16, DType::f16, BLayout::nk, 0.5f, 1.f};
+  c.bias = Bias::f32;
+  c.act = GemmActivation::gelu_tanh;
+  check(c);
+  Case r{513, 392, 1032, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f};
+  r.bias = Bias::out;
+  r.in_place_c = true;
+  check(r);
+  check({257, 200, 264, DType::bf16, DType::bf16, BLayout::kn});
+}
+
 // 64x64 tiles: in 2x1 clusters (cfg 6, B multicast) and unclustered with split-K (cfg 7);
 // ragged M / N / K, every output dtype, bias + activation, residual; a B (K,N) problem under the
 // forced config runs the 128x64 kernel instead. Then the automatic plan on a shape that picks

@@ -43,6 +43,7 @@ using tile::sm90::OutType;
 using gemm_detail::kBig;
 using gemm_detail::kFlat;
 using gemm_detail::kMid;
+using gemm_detail::kMidM2;
 using gemm_detail::kSmall;
 using gemm_detail::kSmallN2;
 using gemm_detail::kTiny;
@@ -171,7 +172,7 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
 }
 
 // ---- autotuning (family "gemm") --------------------------------------------------------
-// A plan is one config id for the autotuner: cfg + 8·(splits + 64·group index), group from
+// A plan is one config id for the autotuner: cfg + 16·(splits + 64·group index), group from
 // kGroups. Candidates per problem: every tile config the layout can run (B (K,N): the
 // MN-major 128x256 / 128x128 / 128x64 kernels), with K slices where the config can split and
 // its tiles leave SMs idle, and raster groups 4 / 16 beside the default 8 for multi-wave grids
@@ -182,20 +183,20 @@ int plan_id(const Plan& p) {
   int gi = 0;
   for (int i = 0; i < 3; ++i)
     if (kGroups[i] == p.group) gi = i;
-  return p.cfg + 8 * (std::clamp(p.splits, 1, 63) + 64 * gi);
+  return p.cfg + 16 * (std::clamp(p.splits, 1, 63) + 64 * gi);
 }
 
 Plan plan_of(int id) {
   Plan p;
-  p.cfg = id % 8;
-  p.splits = std::max(1, (id / 8) % 64);
-  p.group = kGroups[std::clamp(id / 512, 0, 2)];
+  p.cfg = std::min(id % 16, gemm_detail::kNumTileCfgs - 1);
+  p.splits = std::max(1, (id / 16) % 64);
+  p.group = kGroups[std::clamp(id / 1024, 0, 2)];
   return p;
 }
 
 std::string plan_name(const Plan& p) {
-  static const char* const names[] = {"128x256 2x1", "128x128", "128x64",    "128x64 1x2",
-                                      "64x128",      "128x192", "64x64 2x1", "64x64"};
+  static const char* const names[] = {"128x256 2x1", "128x128",   "128x64", "128x64 1x2", "64x128",
+                                      "128x192",     "64x64 2x1", "64x64",  "128x128 2x1"};
   return std::string(names[p.cfg]) + " splits " + std::to_string(p.splits) + " group " +
          std::to_string(p.group);
 }
@@ -207,10 +208,11 @@ std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, boo
     bool splits, nk_only;
   };
   static const Shape shapes[] = {
-      {kBig, 128, 256, 2, 1, false, false}, {kMid, 128, 128, 1, 1, true, false},
-      {kSmall, 128, 64, 1, 1, true, false}, {kSmallN2, 128, 64, 1, 2, true, true},
-      {kFlat, 64, 128, 1, 1, true, true},   {kWide, 128, 192, 1, 1, false, true},
-      {kTiny, 64, 64, 2, 1, false, true},   {kTinySplit, 64, 64, 1, 1, true, true},
+      {kBig, 128, 256, 2, 1, false, false},  {kMid, 128, 128, 1, 1, true, false},
+      {kSmall, 128, 64, 1, 1, true, false},  {kSmallN2, 128, 64, 1, 2, true, true},
+      {kFlat, 64, 128, 1, 1, true, true},    {kWide, 128, 192, 1, 1, false, true},
+      {kTiny, 64, 64, 2, 1, false, true},    {kTinySplit, 64, 64, 1, 1, true, true},
+      {kMidM2, 128, 128, 2, 1, false, true},
   };
   std::vector<int> ids{plan_id(fallback)};
   auto add = [&](int cfg, int splits, int group) {
@@ -616,9 +618,10 @@ float* splitk_partials(cudaStream_t stream, size_t bytes, bool may_allocate) {
 }
 
 // Tuning hooks for benchmarks (not public API): cfg 0 = 128x256 cluster, 1 = 128x128,
-// 2 = 128x64, 3 = 128x64 in clusters of 2 along N, 4 = 64x128, 5 = 128x192 (3, 4, 5: B (N,K);
-// B (K,N) runs 2 for 3, 4 and 1 for 5) (-1: heuristic); splits (0: heuristic); cluster-tile rows
-// per raster group (0: default 8).
+// 2 = 128x64, 3 = 128x64 in clusters of 2 along N, 4 = 64x128, 5 = 128x192, 6 = 64x64 in
+// clusters of 2 along M, 7 = 64x64, 8 = 128x128 in clusters of 2 along M (3..8: B (N,K);
+// B (K,N) runs 2 for 3, 4, 6, 7 and 1 for 5, 8) (-1: heuristic / autotuner); splits (0: heuristic);
+// cluster-tile rows per raster group (0: default 8).
 void set_tuning(int cfg, int splits, int group) {
   g_force_cfg = cfg >= 0 && cfg < gemm_detail::kNumTileCfgs ? cfg : -1;
   g_force_splits = splits > 0 ? splits : 0;

@@ -50,6 +50,13 @@ using TinyTile = GemmConfig<T, Major::K, 64, 64, 64, 13, 2>;
 template <class T>
 using TinySplitTile = GemmConfig<T, Major::K, 64, 64, 64, 13, 1>;
 
+// 128x128 tiles in clusters of 2 along M (B multicast): few-wave prefill shapes (M = 512
+// against 4k-28k wide weights). Unclustered 128x128 CTAs each pull 32 KB per 64-deep K block
+// from L2 — at cuBLAS's rate on 512x4096x4096 that is ~9.6 TB/s over 132 SMs, about the L2's
+// limit; sharing the B tile cuts it to 24 KB. B (N,K) only; no split-K (ClusterM > 1).
+template <class T>
+using MidTileM2 = GemmConfig<T, Major::K, 128, 128, 64, 6, 2>;
+
 enum TileCfg : int {
   kBig = 0,
   kMid = 1,
@@ -59,8 +66,9 @@ enum TileCfg : int {
   kWide = 5,
   kTiny = 6,
   kTinySplit = 7,
+  kMidM2 = 8,
 };
-constexpr int kNumTileCfgs = 8;
+constexpr int kNumTileCfgs = 9;
 
 // Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu); nullptr when it
 // would have to grow and may_allocate is false.
@@ -98,7 +106,8 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
     switch (cfg) {
       case kBig: launch<BigTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       case kMid:
-      case kWide: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
+      case kWide:
+      case kMidM2: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       default:
         launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream);
         break;  // kSmall, kSmallN2, kFlat, kTiny, kTinySplit
@@ -112,6 +121,7 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
       case kWide: launch<WideTile<T>>(ops, tma_d, p, sms, stream); break;
       case kTiny: launch<TinyTile<T>>(ops, tma_d, p, sms, stream); break;
       case kTinySplit: launch<TinySplitTile<T>>(ops, tma_d, p, sms, stream); break;
+      case kMidM2: launch<MidTileM2<T>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
     }
   }
