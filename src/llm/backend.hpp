@@ -127,12 +127,6 @@ class Backend {
     silu_mul(cols_view(gate_up, 0, F), cols_view(gate_up, F, F), act);
     matmul(act, w_down, bias, out);
   }
-  // A hint during decode steps: weight w (or its first max_bytes) is read soon; a backend may
-  // start moving it into a cache now (the GPU: L2, while latency-bound ops leave DRAM idle).
-  virtual void prefetch(const Buf& w, int64_t max_bytes) {
-    (void)w;
-    (void)max_bytes;
-  }
   virtual void gelu(Buf& x) = 0;               // tanh approximation
   virtual void add(Buf& x, const Buf& y) = 0;  // x += y
   // out[i] = x[rows[i]]

@@ -36,7 +36,6 @@
 #include "llm/op_profile.hpp"
 #include "ops/gemm/gemm_small_m.hpp"
 #include "ops/llm_engine/argmax_rows.hpp"
-#include "ops/llm_engine/l2_prefetch.hpp"
 #include "ops/llm_engine/rope_tables.hpp"
 #include "runtime/check.hpp"
 #include "tessel/activation.hpp"
@@ -116,8 +115,6 @@ class GpuBackend final : public Backend {
     graphs_enabled_ = !(g && std::string(g) == "0");
     const char* dl = std::getenv("TESSEL_DEPENDENT_LAUNCH");
     dependent_launch_ = !(dl && std::string(dl) == "0");
-    const char* pf = std::getenv("TESSEL_L2_PREFETCH");
-    prefetch_enabled_ = pf && std::string(pf) == "1";
   }
   ~GpuBackend() override {
     cudaStreamSynchronize(stream_);
@@ -613,11 +610,6 @@ class GpuBackend final : public Backend {
     }
     Backend::silu_mul_matmul(gate_up, F, act, w_down, bias, out);
   }
-  void prefetch(const Buf& w, int64_t max_bytes) override {
-    if (!prefetch_enabled_ || profile_.on()) return;
-    const int64_t n = std::min<int64_t>(w.rows * w.pitch() * 2, max_bytes);
-    llm_engine::l2_prefetch(w.ptr, static_cast<size_t>(std::max<int64_t>(n, 0)), stream_);
-  }
   void gelu(Buf& x) override {
     Tensor t = mat(x);
     tessel::gelu(t, t, GeluApprox::tanh, stream_);
@@ -793,10 +785,9 @@ class GpuBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   size_t bytes_ = 0;
   bool graphs_enabled_ = true;
-  bool dependent_launch_ = true;   // TESSEL_DEPENDENT_LAUNCH=0 turns it off
-  bool prefetch_enabled_ = false;  // TESSEL_L2_PREFETCH=1 turns it on
-  OpProfile profile_;              // TESSEL_PROFILE_OPS=1
-  const bool plan_decode_ = [] {   // TESSEL_DECODE_PLAN=0: no max_seqlen hint (A/B)
+  bool dependent_launch_ = true;  // TESSEL_DEPENDENT_LAUNCH=0 turns it off
+  OpProfile profile_;             // TESSEL_PROFILE_OPS=1
+  const bool plan_decode_ = [] {  // TESSEL_DECODE_PLAN=0: no max_seqlen hint (A/B)
     const char* e = std::getenv("TESSEL_DECODE_PLAN");
     return !(e && std::string(e) == "0");
   }();

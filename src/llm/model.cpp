@@ -16,10 +16,6 @@ namespace tessel::llm {
 
 namespace {
 
-// Bytes of weights a decode step asks the backend to prefetch ahead of one GEMM window: well
-// inside a Hopper L2 (50 MB), next to the activations and KV pages the step also touches.
-constexpr int64_t kL2Window = int64_t{32} << 20;
-
 [[noreturn]] void weight_error(const std::string& name, const std::string& expected,
                                const std::string& got) {
   throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
@@ -444,13 +440,6 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
                         cos.data(), sin.data(), k, v, rows);
       else
         b.kv_store(li, k, v, rows);
-      if (decode) {
-        // Weight bytes into L2 while RoPE and attention leave DRAM idle: the o projection, then
-        // the start of the MLP's up projection, up to kL2Window bytes (Backend::prefetch).
-        const int64_t wo_bytes = l.wo.rows * l.wo.pitch() * 2;
-        b.prefetch(l.wo, kL2Window);
-        if (wo_bytes < kL2Window) b.prefetch(l.w_up, kL2Window - wo_bytes);
-      }
       b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
       b.matmul(s.att, l.wo, opt(l.bo), s.proj);
       add_norm(s.x, s.proj, l.ffn_norm, l.ffn_norm_b, s.xn);
@@ -462,8 +451,6 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
         b.gelu(s.ffn);
         b.matmul(s.ffn, l.w_down, opt(l.b_down), s.proj);
       }
-      // The next layer's qkv weight, during the residual add and norm.
-      if (decode && li + 1 < c.n_layers) b.prefetch(layers_[li + 1].wqkv, kL2Window);
     }
     b.add(s.x, s.proj);
     if (n_out == 0) return;
