@@ -20,8 +20,14 @@
 // Validation as for every op (tessel::Error naming gemm, the argument, expected and got;
 // nothing written on error). M == 0 or N == 0 is a no-op; K == 0 gives D = act(bias) + beta·C.
 //
-// Results are deterministic: the same inputs give the same bits on every run (split-K sums
-// its K slices in a fixed order).
+// Tile shape, K split and raster order: with the autotuner on (the default) the first call of
+// a problem shape measures the candidates and caches the winner on disk
+// (src/runtime/autotune.hpp: TESSEL_AUTOTUNE_CACHE, TESSEL_AUTOTUNE=0 for the fixed heuristic;
+// `tessel tune --family gemm` fills the cache ahead of time).
+//
+// Results are deterministic for a given plan: the same inputs give the same bits on every run
+// (split-K sums its K slices in a fixed order); a process keeps its choice per problem, and the
+// cache keeps it across processes (TESSEL_AUTOTUNE=0: the same plan everywhere).
 #pragma once
 
 #include "tessel/tensor.hpp"
