@@ -10,6 +10,7 @@
 // O(100%). Greedy tokens must agree wherever the CPU's top-2 gap exceeds twice that bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -355,6 +356,75 @@ TEST_F(LlmGpuBackend, BatchedGenerateMatchesCpu) {
     EXPECT_EQ(rg[i].tokens, rc[i].tokens)
         << "prompt " << i << ": " << rg[i].text << " vs " << rc[i].text;
   }
+}
+
+// Greedy decode with the next step in flight (Model::greedy_start / greedy_finish, fed tokens
+// on the device) against one step at a time (TESSEL_DECODE_PIPELINE=0) on the same weights:
+// three prompts; stop tokens taken from the unpipelined continuations end the sequences at
+// different steps (the pipelined run then drops its speculative step and reruns the rest),
+// a third runs to max_tokens. The tokens, texts, finish reasons and the cache's token record
+// must be identical (up to the stop token the dropped step fed); then a second generate()
+// reuses the cached prefixes.
+TEST_F(LlmGpuBackend, PipelinedGreedyEqualsStepByStep) {
+  const ModelConfig c = small("llama");
+  const MemorySource src = random_weights(c, 31);
+  std::unique_ptr<Backend> plain_backend;
+  {
+    const char* old = std::getenv("TESSEL_DECODE_PIPELINE");
+    const std::string keep = old ? old : "";
+    setenv("TESSEL_DECODE_PIPELINE", "0", 1);
+    plain_backend = make_backend("gpu");
+    if (old)
+      setenv("TESSEL_DECODE_PIPELINE", keep.c_str(), 1);
+    else
+      unsetenv("TESSEL_DECODE_PIPELINE");
+  }
+  ASSERT_FALSE(plain_backend->can_pipeline_greedy());
+  Model plain(std::move(plain_backend), c, src, false);
+  Model piped(make_backend("gpu"), c, src, false);
+  ASSERT_TRUE(piped.backend().can_pipeline_greedy());
+  std::mt19937 rng(7);
+  const std::vector<std::vector<int32_t>> prompts = {
+      random_tokens(5, 136, rng), random_tokens(11, 136, rng), random_tokens(8, 136, rng)};
+  auto detok = [](int32_t id) { return "<" + std::to_string(id) + ">"; };
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.sampling.temperature = 0;
+  const auto free_run = generate(plain, prompts, o, detok);
+  // Stop at the 4th token of sequence 0 and the 9th of sequence 1 where those ids did not
+  // occur earlier in either continuation or in sequence 2's.
+  for (int64_t i : {0, 1}) ASSERT_GE(free_run[i].tokens.size(), 10u);
+  o.stop_tokens = {free_run[0].tokens[3], free_run[1].tokens[8]};
+  const auto want = generate(plain, prompts, o, detok);
+  const auto got = generate(piped, prompts, o, detok);
+  bool some_stop = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "sequence " << i;
+    EXPECT_EQ(got[i].text, want[i].text) << "sequence " << i;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "sequence " << i;
+    some_stop = some_stop || want[i].finish_reason == "stop_token";
+    // The cache records what it holds: a sequence stopped by a token while the next step was in
+    // flight also holds that stop token (fed to the dropped step), one entry past step by step.
+    std::vector<int32_t> cached = piped.cached_tokens(static_cast<int64_t>(i));
+    const std::vector<int32_t>& cached_plain = plain.cached_tokens(static_cast<int64_t>(i));
+    if (want[i].finish_reason == "stop_token" && cached.size() == cached_plain.size() + 1) {
+      EXPECT_TRUE(std::find(o.stop_tokens.begin(), o.stop_tokens.end(), cached.back()) !=
+                  o.stop_tokens.end())
+          << "sequence " << i << ": extra cached token " << cached.back();
+      cached.pop_back();
+    }
+    EXPECT_EQ(cached, cached_plain) << "sequence " << i;
+    for (int32_t t : cached) EXPECT_GE(t, 0);
+  }
+  EXPECT_TRUE(some_stop) << "the stop tokens ended no sequence: the test lost its point";
+  EXPECT_EQ(piped.greedy_started(), 0);
+  // Again with the cached prefixes reused and a longer budget.
+  o.stop_tokens.clear();
+  o.max_tokens = 12;
+  o.reuse_prefix = true;
+  const auto want2 = generate(plain, prompts, o, detok);
+  const auto got2 = generate(piped, prompts, o, detok);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got2[i].tokens, want2[i].tokens);
 }
 
 // Prompt runs of >= 128 tokens that start their sequence take the tiled attention kernel

@@ -69,6 +69,16 @@ class Backend {
     (void)out;
     return false;
   }
+  // Pipelined greedy decode (generate() keeps the next step in flight while the host reads
+  // this one's tokens). argmax_rows_start picks like argmax_rows but returns at once: the picks
+  // stay on the device for feed_picked_tokens and reach the host at argmax_rows_finish
+  // (finishes in start order, at most two started and not finished).
+  virtual bool can_pipeline_greedy() const { return false; }
+  virtual void argmax_rows_start(const Buf& logits) { (void)logits; }
+  virtual void argmax_rows_finish(int32_t* out) { (void)out; }
+  // The next begin_step takes its token ids from the last argmax_rows_start's picks, row for
+  // row (its StepInputs::tokens are placeholders).
+  virtual void feed_picked_tokens() {}
   // Columns col0 .. col0+n of every row of b, sharing b's memory (b itself may be dense only).
   virtual Buf cols_view(const Buf& b, int64_t col0, int64_t n) const = 0;
 

@@ -123,6 +123,71 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
   }
   const auto t1 = clock::now();
   const double wait0 = model.backend().device_wait_seconds();
+  // Greedy decode with the next step in flight: while the host reads step t's tokens, step
+  // t + 1 already runs with those tokens fed on the device (Model::greedy_start). It is
+  // enqueued only when every active sequence can take two more tokens; when a sequence then
+  // finishes at step t, step t + 1's results are dropped (its cache rows hold the tokens
+  // the host saw, so cached_tokens stays true) and the remaining rows rerun it.
+  bool pipelined = device_greedy && model.backend().can_pipeline_greedy();
+  struct Drain {  // an exception leaves no step started (forward() refuses to run otherwise)
+    Model& m;
+    ~Drain() {
+      while (m.greedy_started() > 0) {
+        try {
+          m.greedy_finish();
+        } catch (...) {
+          break;
+        }
+      }
+    }
+  } drain{model};
+  while (pipelined) {
+    std::vector<int64_t> active;
+    tokens.clear();
+    slots.clear();
+    positions.clear();
+    logit_rows.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      logit_rows.push_back(static_cast<int64_t>(tokens.size()));
+      tokens.push_back(history[i].back());
+      slots.push_back(static_cast<int32_t>(i));
+      positions.push_back(static_cast<int32_t>(history[i].size()) - 1);
+      active.push_back(i);
+    }
+    if (active.empty()) break;
+    auto f0 = clock::now();
+    pipelined = model.greedy_start(tokens, slots, positions, logit_rows, false);
+    st.decode_forward_seconds += std::chrono::duration<double>(clock::now() - f0).count();
+    if (!pipelined) break;
+    for (bool same_rows = true; same_rows;) {
+      // Step t is in flight; its rows continue at the next position.
+      bool ahead = true;
+      for (size_t a = 0; a < active.size() && ahead; ++a) {
+        const int64_t i = active[a];
+        ahead = static_cast<int64_t>(out[i].tokens.size()) + 2 <= options.max_tokens &&
+                static_cast<int64_t>(history[i].size()) + 2 <= model.max_seq();
+        positions[a] = static_cast<int32_t>(history[i].size());
+      }
+      f0 = clock::now();
+      if (ahead) model.greedy_start(tokens, slots, positions, logit_rows, true);
+      picked = model.greedy_finish();
+      st.decode_forward_seconds += std::chrono::duration<double>(clock::now() - f0).count();
+      for (size_t a = 0; a < active.size(); ++a) {
+        const int64_t i = active[a];
+        done[i] = !accept_row(a, active[a]);
+        same_rows = same_rows && !done[i];
+        ++st.decode_tokens;
+      }
+      if (!ahead) {
+        same_rows = false;  // every row's next step starts afresh (or the run is over)
+      } else if (!same_rows) {
+        f0 = clock::now();
+        model.greedy_finish();  // step t + 1 ran for a finished row: drop it, rerun the rest
+        st.decode_forward_seconds += std::chrono::duration<double>(clock::now() - f0).count();
+      }
+    }
+  }
   for (;;) {
     tokens.clear();
     slots.clear();

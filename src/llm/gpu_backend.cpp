@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -122,12 +123,16 @@ class GpuBackend final : public Backend {
     drop_graphs();
     for (Staged* s : {&tokens_, &positions_, &cos_, &sin_, &rows_})
       if (s->dev) cudaFreeAsync(s->dev, stream_);
-    for (void* p : {k_pool_, v_pool_, input_dev_, pos_tmp_, ids_dev_})
+    for (void* p : {k_pool_, v_pool_, input_dev_, pos_tmp_, ids_dev_, picks_[0].dev, picks_[1].dev})
       if (p) cudaFreeAsync(p, stream_);
     cudaStreamSynchronize(stream_);
     if (input_host_) cudaFreeHost(input_host_);
     if (download_host_) cudaFreeHost(download_host_);
     if (ids_host_) cudaFreeHost(ids_host_);
+    for (Picks& p : picks_) {
+      if (p.host) cudaFreeHost(p.host);
+      if (p.ready) cudaEventDestroy(p.ready);
+    }
     cudaEventDestroy(input_copied_);
     cudaStreamDestroy(stream_);
   }
@@ -201,6 +206,46 @@ class GpuBackend final : public Backend {
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     std::memcpy(out, ids_host_, n);
     return true;
+  }
+  bool can_pipeline_greedy() const override { return pipeline_enabled_ && !profile_.on(); }
+  void argmax_rows_start(const Buf& b) override {
+    if (pending_.size() >= 2)
+      fail("argmax_rows_start", "'pending picks' expected at most 2 unfinished, got 3");
+    const int i = next_pick_;
+    Picks& p = picks_[i];
+    const size_t n = static_cast<size_t>(std::max<int64_t>(b.rows, 1)) * 4;
+    if (n > p.capacity) {  // this slot's last download was finished: nothing reads it now
+      if (p.dev) TESSEL_CUDA_CHECK(cudaFreeAsync(p.dev, stream_));
+      if (p.host) TESSEL_CUDA_CHECK(cudaFreeHost(p.host));
+      p.capacity = std::max<size_t>(n, 1024);
+      TESSEL_CUDA_CHECK(cudaMallocAsync(&p.dev, p.capacity, stream_));
+      TESSEL_CUDA_CHECK(cudaMallocHost(&p.host, p.capacity));
+      if (!p.ready) TESSEL_CUDA_CHECK(cudaEventCreateWithFlags(&p.ready, cudaEventDisableTiming));
+    }
+    p.rows = b.rows;
+    if (b.rows > 0) {
+      llm_engine::argmax_rows_bf16(b.ptr, b.rows, b.cols, b.pitch(), static_cast<int32_t*>(p.dev),
+                                   stream_);
+      TESSEL_CUDA_CHECK(cudaMemcpyAsync(p.host, p.dev, static_cast<size_t>(b.rows) * 4,
+                                        cudaMemcpyDeviceToHost, stream_));
+    }
+    TESSEL_CUDA_CHECK(cudaEventRecord(p.ready, stream_));
+    pending_.push_back(i);
+    last_pick_ = i;
+    next_pick_ ^= 1;
+  }
+  void argmax_rows_finish(int32_t* out) override {
+    if (pending_.empty()) fail("argmax_rows_finish", "'pending picks' expected one, got none");
+    Picks& p = picks_[pending_.front()];
+    pending_.pop_front();
+    const auto w0 = std::chrono::steady_clock::now();
+    TESSEL_CUDA_CHECK(cudaEventSynchronize(p.ready));
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    std::memcpy(out, p.host, static_cast<size_t>(p.rows) * 4);
+  }
+  void feed_picked_tokens() override {
+    if (last_pick_ < 0) fail("feed_picked_tokens", "'picks' expected a started argmax, got none");
+    feed_next_ = true;
   }
   double device_wait_seconds() const override { return wait_seconds_; }
   size_t bytes_in_use() const override { return bytes_ + 2 * pool_bytes(pool_pages_); }
@@ -333,6 +378,16 @@ class GpuBackend final : public Backend {
     TESSEL_CUDA_CHECK(
         cudaMemcpyAsync(input_dev_, input_host_, L.total, cudaMemcpyHostToDevice, stream_));
     TESSEL_CUDA_CHECK(cudaEventRecord(input_copied_, stream_));
+    if (feed_next_) {  // the token ids are the last started argmax's picks, still on the device
+      feed_next_ = false;
+      const Picks& p = picks_[last_pick_];
+      if (!in.tokens || p.rows != in.rows)
+        fail("begin_step", "'fed tokens' expected " + std::to_string(in.rows) + " picks, got " +
+                               std::to_string(p.rows));
+      TESSEL_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(input_dev_) + L.tokens, p.dev,
+                                        static_cast<size_t>(in.rows) * 4, cudaMemcpyDeviceToDevice,
+                                        stream_));
+    }
     step_ = in;
     in_ = L;
     in_step_ = true;
@@ -812,7 +867,24 @@ class GpuBackend final : public Backend {
   size_t input_capacity_ = 0;
   cudaEvent_t input_copied_ = nullptr;
   void* download_host_ = nullptr;  // pinned
-  void* ids_dev_ = nullptr;        // argmax_rows: device ids and their pinned host copy
+  // argmax_rows_start: two alternating slots of device picks, their pinned host copies and
+  // the event of each download (pending_: started, not finished, oldest first).
+  struct Picks {
+    void* dev = nullptr;
+    void* host = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t ready = nullptr;
+    int64_t rows = 0;
+  };
+  Picks picks_[2];
+  std::deque<int> pending_;
+  int next_pick_ = 0, last_pick_ = -1;
+  bool feed_next_ = false;
+  const bool pipeline_enabled_ = [] {  // TESSEL_DECODE_PIPELINE=0: one step at a time (A/B)
+    const char* e = std::getenv("TESSEL_DECODE_PIPELINE");
+    return !(e && e[0] == '0');
+  }();
+  void* ids_dev_ = nullptr;  // argmax_rows: device ids and their pinned host copy
   void* ids_host_ = nullptr;
   size_t ids_capacity_ = 0;
   size_t download_capacity_ = 0;

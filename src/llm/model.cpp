@@ -294,23 +294,69 @@ std::vector<float> Model::forward(const std::vector<int32_t>& tokens,
                                   const std::vector<int32_t>& slots,
                                   const std::vector<int32_t>& positions,
                                   const std::vector<int64_t>& logits_rows) {
-  return forward_impl(tokens, slots, positions, logits_rows, nullptr);
+  if (!started_.empty())
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                "tessel::model: 'greedy steps' expected all finished before forward(), got " +
+                    std::to_string(started_.size()) + " started");
+  return forward_impl(tokens, slots, positions, logits_rows, Out::logits, nullptr);
 }
 
 std::vector<int32_t> Model::forward_greedy(const std::vector<int32_t>& tokens,
                                            const std::vector<int32_t>& slots,
                                            const std::vector<int32_t>& positions,
                                            const std::vector<int64_t>& logits_rows) {
+  if (!started_.empty())
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                "tessel::model: 'greedy steps' expected all finished before forward_greedy(), "
+                "got " +
+                    std::to_string(started_.size()) + " started");
   std::vector<int32_t> ids;
-  forward_impl(tokens, slots, positions, logits_rows, &ids);
+  forward_impl(tokens, slots, positions, logits_rows, Out::greedy, &ids);
+  return ids;
+}
+
+bool Model::greedy_start(const std::vector<int32_t>& tokens, const std::vector<int32_t>& slots,
+                         const std::vector<int32_t>& positions,
+                         const std::vector<int64_t>& logits_rows, bool tokens_on_device) {
+  if (!backend_->can_pipeline_greedy()) return false;
+  if (started_.size() >= 2)
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                "tessel::model: 'greedy steps' expected at most 2 started, got 3");
+  if (tokens_on_device &&
+      (started_.empty() || started_.back().rows != static_cast<int64_t>(tokens.size())))
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                "tessel::model: 'tokens_on_device' expected a started step of " +
+                    std::to_string(tokens.size()) + " rows, got " +
+                    (started_.empty() ? std::string("none")
+                                      : std::to_string(started_.back().rows) + " rows"));
+  forward_impl(tokens, slots, positions, logits_rows, Out::greedy_started, nullptr,
+               tokens_on_device);
+  return true;
+}
+
+std::vector<int32_t> Model::greedy_finish() {
+  if (started_.empty())
+    throw Error(TESSEL_ERROR_INVALID_ARGUMENT,
+                "tessel::model: 'greedy steps' expected one started, got none");
+  std::vector<int32_t> ids(static_cast<size_t>(started_.front().rows));
+  backend_->argmax_rows_finish(ids.data());
+  started_.erase(started_.begin());
+  if (!started_.empty() && started_.front().fed) {  // its tokens were these picks
+    for (size_t r = 0; r < started_.front().at.size(); ++r) {
+      const auto [slot, pos] = started_.front().at[r];
+      std::vector<int32_t>& cached = slot_tokens_[slot];
+      if (static_cast<size_t>(pos) < cached.size() && cached[pos] == -1) cached[pos] = ids[r];
+    }
+    started_.front().fed = false;
+  }
   return ids;
 }
 
 std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
                                        const std::vector<int32_t>& slots,
                                        const std::vector<int32_t>& positions,
-                                       const std::vector<int64_t>& logits_rows,
-                                       std::vector<int32_t>* greedy) {
+                                       const std::vector<int64_t>& logits_rows, Out mode,
+                                       std::vector<int32_t>* greedy, bool tokens_on_device) {
   const ModelConfig& c = config_;
   const int64_t M = static_cast<int64_t>(tokens.size());
   if (M == 0 || slots.size() != tokens.size() || positions.size() != tokens.size())
@@ -327,8 +373,9 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
                                                      std::to_string(M) + ", got " +
                                                      std::to_string(r));
   // Checked here (not only by the backend's embedding) because a replayed step skips the ops.
+  // Fed tokens are the device's own argmax picks.
   for (int32_t t : tokens)
-    if (t < 0 || t >= c.vocab_size)
+    if (!tokens_on_device && (t < 0 || t >= c.vocab_size))
       throw Error(TESSEL_ERROR_INVALID_ARGUMENT, "tessel::model: 'tokens' expected ids in [0, " +
                                                      std::to_string(c.vocab_size) + "), got " +
                                                      std::to_string(t));
@@ -339,12 +386,16 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
                       " and position < " + std::to_string(max_seq_) + ", got " +
                       std::to_string(slots[r]) + "/" + std::to_string(positions[r]));
   }
+  StartedStep started;
+  started.rows = static_cast<int64_t>(logits_rows.size());
+  started.fed = tokens_on_device;
   for (int64_t r = 0; r < M; ++r) {
     // Writing position p makes the cache's contents of this slot tokens[0..p].
     std::vector<int32_t>& cached = slot_tokens_[slots[r]];
     cached.resize(std::min(cached.size(), static_cast<size_t>(positions[r])), -1);
     cached.resize(static_cast<size_t>(positions[r]), -1);
-    cached.push_back(tokens[r]);
+    cached.push_back(tokens_on_device ? -1 : tokens[r]);
+    if (tokens_on_device) started.at.emplace_back(slots[r], positions[r]);
   }
   Backend& b = *backend_;
   const int64_t F = c.ffn_size;
@@ -402,6 +453,7 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
   }
   in.logits_rows = logits_rows.data();
   in.n_logits = n_out;
+  if (tokens_on_device) b.feed_picked_tokens();
   b.begin_step(in);
 
   const float eps = static_cast<float>(c.norm_eps);
@@ -459,6 +511,11 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
     b.matmul(s.last_n, lm_head_, nullptr, s.out);
   };
   b.run_step(decode ? (decode_generation_ << 16) + M : -1, ops);
+  if (mode == Out::greedy_started) {
+    b.argmax_rows_start(s.out);
+    started_.push_back(std::move(started));
+    return {};
+  }
   if (greedy) {
     greedy->assign(static_cast<size_t>(n_out), 0);
     if (n_out > 0 && !b.argmax_rows(s.out, greedy->data())) {

@@ -51,12 +51,25 @@ class Model {
                                       const std::vector<int32_t>& positions,
                                       const std::vector<int64_t>& logits_rows);
 
+  // Pipelined greedy decode: greedy_start enqueues the step and returns at once (false, doing
+  // nothing, when the backend cannot pipeline); greedy_finish returns the picks of the oldest
+  // started step. tokens_on_device: the step's tokens are the previous started step's picks,
+  // row for row (`tokens` are placeholders; cached_tokens records them once those picks are
+  // finished). At most two steps may be started and not finished.
+  bool greedy_start(const std::vector<int32_t>& tokens, const std::vector<int32_t>& slots,
+                    const std::vector<int32_t>& positions, const std::vector<int64_t>& logits_rows,
+                    bool tokens_on_device);
+  std::vector<int32_t> greedy_finish();
+  int64_t greedy_started() const { return static_cast<int64_t>(started_.size()); }
+
  private:
+  // How forward_impl returns the step's result.
+  enum class Out { logits, greedy, greedy_started };
   std::vector<float> forward_impl(const std::vector<int32_t>& tokens,
                                   const std::vector<int32_t>& slots,
                                   const std::vector<int32_t>& positions,
-                                  const std::vector<int64_t>& logits_rows,
-                                  std::vector<int32_t>* greedy);
+                                  const std::vector<int64_t>& logits_rows, Out mode,
+                                  std::vector<int32_t>* greedy, bool tokens_on_device = false);
   // wqkv = wq | wk | wv stacked along the output dim (one GEMM; q, k, v are column views of
   // its output); w_up = w_gate | w_up likewise for SiLU-gated FFNs (GELU FFNs: just w_up).
   struct Layer {
@@ -84,6 +97,15 @@ class Model {
   std::vector<Layer> layers_;
   int64_t slots_ = 0, max_seq_ = 0;
   std::vector<std::vector<int32_t>> slot_tokens_;
+  // Started greedy steps (greedy_start), oldest first: their row count, and for a step whose
+  // tokens came from the device the (slot, position) of each row, recorded as -1 in
+  // slot_tokens_ until the previous step's picks are finished.
+  struct StartedStep {
+    int64_t rows = 0;
+    bool fed = false;
+    std::vector<std::pair<int32_t, int32_t>> at;
+  };
+  std::vector<StartedStep> started_;
   StepBuffers decode_buffers_;  // decode_rows_ rows
   int64_t decode_rows_ = 0, decode_generation_ = 0;
 };
