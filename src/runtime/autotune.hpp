@@ -101,7 +101,8 @@ int select_for_stream(cudaStream_t stream, const std::string& key,
                       const std::vector<int>& candidates, int fallback, const MeasureFn& measure);
 
 // Times fn() on `stream`: `warmup` untimed runs, then the median of `iters` runs, each with
-// the L2 flushed first (a memset of 2x the L2 size) and bracketed by CUDA events.
+// the L2 flushed first (a read of 2x the L2 size, leaving clean lines; TESSEL_AUTOTUNE_FLUSH=
+// memset: a memset instead) and bracketed by CUDA events.
 // Synchronizes the stream. Throws tessel::Error on a CUDA error.
 double time_on_stream(cudaStream_t stream, const std::function<void()>& fn, int warmup = 1,
                       int iters = 5);
