@@ -17,6 +17,7 @@
 
 #include "bench_util.cuh"
 #include "harness.hpp"
+#include "runtime/l2_flush.hpp"
 
 namespace tessel::bench {
 
@@ -50,20 +51,6 @@ static bool hold_enabled() {
 }
 
 namespace {
-// Reads the scratch buffer (2x L2) so that L2 holds only clean lines of it afterwards. A
-// memset would leave L2 full of dirty lines whose write-back then lands inside the timed
-// kernel (measured: ~2x the traffic for a 32 MiB weight read). The store never happens
-// (scratch is zero-filled once) but keeps the loads alive.
-__global__ void l2_flush_read(const uint4* __restrict__ p, size_t n, uint4* sink) {
-  uint32_t acc = 0;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const uint4 v = __ldcg(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0xdeadbeefu) sink[0] = make_uint4(acc, acc, acc, acc);
-}
-
 // Spins until the host sets *flag (mapped pinned memory) or `timeout_ns` of GPU time pass;
 // the timeout turns a benchmark body that synchronizes on the host (which would deadlock
 // behind the hold) into an unheld measurement instead of a hang.
@@ -82,12 +69,9 @@ __global__ void hold_until_released(const volatile int* flag, int* timed_out,
 }
 }  // namespace
 
-void Timer::flush() {
-  const size_t n = scratch_bytes_ / sizeof(uint4);
-  l2_flush_read<<<132 * 4, 512, 0, stream_>>>(static_cast<const uint4*>(scratch_), n,
-                                              static_cast<uint4*>(scratch_));
-  TESSEL_BENCH_CUDA(cudaGetLastError());
-}
+// Reads the zero-filled scratch (2x L2): L2 then holds only clean lines (a memset's dirty
+// lines would be written back inside the timed kernel).
+void Timer::flush() { detail::l2_flush_read(scratch_, scratch_bytes_, stream_); }
 
 double Timer::measure(const std::function<void()>& fn, const MeasureOptions& opt) {
   return measure_interleaved({fn}, opt)[0];

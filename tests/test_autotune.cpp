@@ -15,6 +15,7 @@
 
 #include "runtime/autotune.hpp"
 #include "tessel/tensor.hpp"
+#include "test_util.hpp"
 
 namespace tessel::autotune {
 namespace {
@@ -40,27 +41,7 @@ class TempDir {
   fs::path path_;
 };
 
-// Sets (or unsets, value nullptr) an environment variable for the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 void write(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary);

@@ -408,28 +408,6 @@ TEST_F(GemmGpu, SplitKIsDeterministic) {
   }
 }
 
-// Sets (or unsets, value nullptr) an environment variable for the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // Keys of the "gemm" family in the process's autotuner cache.
 std::vector<std::string> gemm_keys() {
   std::vector<std::string> keys;

@@ -370,14 +370,8 @@ TEST_F(LlmGpuBackend, PipelinedGreedyEqualsStepByStep) {
   const MemorySource src = random_weights(c, 31);
   std::unique_ptr<Backend> plain_backend;
   {
-    const char* old = std::getenv("TESSEL_DECODE_PIPELINE");
-    const std::string keep = old ? old : "";
-    setenv("TESSEL_DECODE_PIPELINE", "0", 1);
+    test::ScopedEnv off("TESSEL_DECODE_PIPELINE", "0");
     plain_backend = make_backend("gpu");
-    if (old)
-      setenv("TESSEL_DECODE_PIPELINE", keep.c_str(), 1);
-    else
-      unsetenv("TESSEL_DECODE_PIPELINE");
   }
   ASSERT_FALSE(plain_backend->can_pipeline_greedy());
   Model plain(std::move(plain_backend), c, src, false);

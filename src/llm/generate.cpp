@@ -141,8 +141,10 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
       }
     }
   } drain{model};
-  while (pipelined) {
-    std::vector<int64_t> active;
+  // The next decode step's rows: each unfinished sequence's last token at its position.
+  std::vector<int64_t> active;
+  auto gather_active = [&] {
+    active.clear();
     tokens.clear();
     slots.clear();
     positions.clear();
@@ -155,6 +157,9 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
       positions.push_back(static_cast<int32_t>(history[i].size()) - 1);
       active.push_back(i);
     }
+  };
+  while (pipelined) {
+    gather_active();
     if (active.empty()) break;
     auto f0 = clock::now();
     pipelined = model.greedy_start(tokens, slots, positions, logit_rows, false);
@@ -175,7 +180,7 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
       st.decode_forward_seconds += std::chrono::duration<double>(clock::now() - f0).count();
       for (size_t a = 0; a < active.size(); ++a) {
         const int64_t i = active[a];
-        done[i] = !accept_row(a, active[a]);
+        done[i] = !accept_row(a, i);
         same_rows = same_rows && !done[i];
         ++st.decode_tokens;
       }
@@ -189,19 +194,7 @@ std::vector<Generation> generate(Model& model, const std::vector<std::vector<int
     }
   }
   for (;;) {
-    tokens.clear();
-    slots.clear();
-    positions.clear();
-    logit_rows.clear();
-    std::vector<int64_t> active;
-    for (int64_t i = 0; i < n; ++i) {
-      if (done[i]) continue;
-      logit_rows.push_back(static_cast<int64_t>(tokens.size()));
-      tokens.push_back(history[i].back());
-      slots.push_back(static_cast<int32_t>(i));
-      positions.push_back(static_cast<int32_t>(history[i].size()) - 1);
-      active.push_back(i);
-    }
+    gather_active();
     if (active.empty()) break;
     const auto f0 = clock::now();
     forward();
