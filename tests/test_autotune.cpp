@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,6 +215,43 @@ TEST(Autotune, SelectWithoutTuningUsesFallbackOrCache) {
   EXPECT_EQ(calls, 0);
   cache.put("k", {2, 0.1});
   EXPECT_EQ(select(cache, "k", {0, 1, 2}, 1, measure, false), 2);
+}
+
+// A confirm step sees only a winner other than the fallback; what it keeps is stored.
+TEST(Autotune, ConfirmCanKeepTheFallback) {
+  auto measure = [](int c) { return c == 2 ? 0.1 : 0.2; };  // 2 wins the pass
+  int confirms = 0;
+  Cache keep_fallback("");
+  EXPECT_EQ(select(keep_fallback, "k", {0, 1, 2}, 1, measure, true,
+                   [&](int best, int fallback) {
+                     ++confirms;
+                     EXPECT_EQ(best, 2);
+                     EXPECT_EQ(fallback, 1);
+                     return fallback;
+                   }),
+            1);
+  EXPECT_EQ(keep_fallback.find("k")->config, 1);
+  EXPECT_DOUBLE_EQ(keep_fallback.find("k")->ms, 0.2);
+  Cache keep_best("");
+  EXPECT_EQ(select(keep_best, "k", {0, 1, 2}, 1, measure, true,
+                   [&](int best, int) {
+                     ++confirms;
+                     return best;
+                   }),
+            2);
+  EXPECT_EQ(keep_best.find("k")->config, 2);
+  Cache fallback_wins("");
+  EXPECT_EQ(select(fallback_wins, "k", {0, 1, 2}, 2, measure, true,
+                   [&](int best, int) {
+                     ++confirms;
+                     return best;
+                   }),
+            2);
+  EXPECT_EQ(confirms, 2) << "confirm ran although the fallback won the pass";
+  Cache throws("");
+  EXPECT_EQ(select(throws, "k", {0, 1, 2}, 1, measure, true,
+                   [](int, int) -> int { throw std::runtime_error("no"); }),
+            2);
 }
 
 TEST(Autotune, StaleCachedConfigIsRetuned) {

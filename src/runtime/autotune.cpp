@@ -272,7 +272,7 @@ std::mutex& tuning_mutex() {
 }  // namespace
 
 int select(Cache& cache, const std::string& key, const std::vector<int>& candidates, int fallback,
-           const MeasureFn& measure, bool allow_tuning) {
+           const MeasureFn& measure, bool allow_tuning, const ConfirmFn& confirm) {
   auto usable = [&](const std::optional<Entry>& e) {
     return e && std::find(candidates.begin(), candidates.end(), e->config) != candidates.end();
   };
@@ -282,6 +282,7 @@ int select(Cache& cache, const std::string& key, const std::vector<int>& candida
   if (auto e = cache.find(key); usable(e)) return e->config;  // another thread tuned it
   int best = fallback;
   double best_ms = std::numeric_limits<double>::infinity();
+  double fallback_ms = -1.0;
   for (int c : candidates) {
     double ms = -1.0;
     try {
@@ -289,18 +290,32 @@ int select(Cache& cache, const std::string& key, const std::vector<int>& candida
     } catch (const std::exception&) {
       ms = -1.0;
     }
+    if (c == fallback) fallback_ms = ms;
     if (ms >= 0.0 && ms < best_ms) {
       best_ms = ms;
       best = c;
     }
   }
   if (best_ms == std::numeric_limits<double>::infinity()) return fallback;  // nothing ran
+  if (confirm && best != fallback && fallback_ms >= 0.0) {
+    int kept = best;
+    try {
+      kept = confirm(best, fallback);
+    } catch (const std::exception&) {
+      kept = best;
+    }
+    if (kept == fallback) {
+      best = fallback;
+      best_ms = fallback_ms;
+    }
+  }
   cache.put(key, Entry{best, best_ms});
   return best;
 }
 
 int select_for_stream(cudaStream_t stream, const std::string& key,
-                      const std::vector<int>& candidates, int fallback, const MeasureFn& measure) {
+                      const std::vector<int>& candidates, int fallback, const MeasureFn& measure,
+                      const ConfirmFn& confirm) {
   if (!enabled()) return fallback;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   bool capturing = true;
@@ -319,7 +334,7 @@ int select_for_stream(cudaStream_t stream, const std::string& key,
       capturing = true;
     }
   }
-  return select(global_cache(), key, candidates, fallback, measure, !capturing);
+  return select(global_cache(), key, candidates, fallback, measure, !capturing, confirm);
 }
 
 double time_on_stream(cudaStream_t stream, const std::function<void()>& fn, int warmup, int iters) {

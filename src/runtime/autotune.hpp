@@ -90,15 +90,22 @@ std::string current_gpu_name();
 // Measures one candidate: milliseconds, or a negative value / exception if it cannot run.
 using MeasureFn = std::function<double(int config)>;
 
+// A second look when the fastest candidate of one pass is not the fallback: returns the config
+// to keep (a family may time the two alternately, so that one noisy pass cannot replace a good
+// default). An exception keeps `best`.
+using ConfirmFn = std::function<int(int best, int fallback)>;
+
 // Core choice (no CUDA): cached entry whose config is among `candidates` -> it; else if
-// `allow_tuning`, measure every candidate, store and return the fastest; else `fallback`.
+// `allow_tuning`, measure every candidate, confirm a winner other than the fallback (when
+// `confirm` is given), store and return it; else `fallback`.
 int select(Cache& cache, const std::string& key, const std::vector<int>& candidates, int fallback,
-           const MeasureFn& measure, bool allow_tuning);
+           const MeasureFn& measure, bool allow_tuning, const ConfirmFn& confirm = nullptr);
 
 // select() on the global cache, for launches on `stream`: TESSEL_AUTOTUNE=0 -> fallback;
 // during CUDA graph capture of `stream` -> cached entry or fallback, never measures.
 int select_for_stream(cudaStream_t stream, const std::string& key,
-                      const std::vector<int>& candidates, int fallback, const MeasureFn& measure);
+                      const std::vector<int>& candidates, int fallback, const MeasureFn& measure,
+                      const ConfirmFn& confirm = nullptr);
 
 // Times fn() on `stream`: `warmup` untimed runs, then the median of `iters` runs, each with
 // the L2 flushed first (a read of 2x the L2 size, leaving clean lines; TESSEL_AUTOTUNE_FLUSH=
