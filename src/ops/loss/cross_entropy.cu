@@ -15,13 +15,17 @@
 //   stream  : longer rows, or rows that are not 16-byte aligned: one 1024-thread block per
 //             row, an online max/sum sweep then a gradient sweep (logits read twice,
 //             3·N·V·sizeof(T) bytes; the second read mostly hits L2 for rows ≲ 256 KB).
-// Forward only where the cluster kernel does not apply (aligned rows over 1.6 MB, or 2^31
-// CTAs): independent CTAs reduce 8192-column chunks to partial (max, sum-exp, Σx) and one warp per
-// row merges them. Per-row losses go to fp32 scratch; a one-block finalize kernel writes the
-// reduced loss in a fixed order (deterministic). Mean needs the non-ignored count before the
-// gradient: a one-block count kernel runs first.
+// Forward only (no dlogits, so no CTA needs the row's statistics): the cluster kernel's slices
+// on independent CTAs (ce_fwd_slice_kernel) write partial (max, sum-exp, Σx) and one warp per
+// row merges them (H100, 4096 x 128256 bf16: 0.99 of copy bandwidth, the cluster kernel 0.77:
+// a cluster holds all its CTAs until the slowest has reduced and starts only where all fit one
+// GPC); rows past the slices (aligned rows over 1.6 MB, or 2^31 CTAs): 8192-column chunks on
+// register loads, merged the same way. Per-row losses go to fp32 scratch; a one-block finalize
+// kernel writes the reduced loss in a fixed order (deterministic). Mean needs the non-ignored count
+// before the gradient: a one-block count kernel runs first.
 #include <cooperative_groups.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "ops/bulk_copy.cuh"
@@ -204,6 +208,62 @@ constexpr int kPieces = 4;
 constexpr int64_t kSliceTarget = 64 * 1024;  // bytes per CTA: 3 CTAs per SM
 constexpr int64_t kSliceMax = 200 * 1024;    // of the 227 KB an SM offers one CTA
 
+// One CTA's slice of a row: bulk-copied into shared memory in kPieces pieces, folded into
+// this thread's online (max m, Σexp relative to m, Σx with label smoothing) as pieces land.
+template <class T>
+struct SliceFold {
+  float m = -INFINITY, se = 0.f, sx = 0.f;
+};
+
+template <class T>
+__device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slice, int nv,
+                                                            uint64_t (&bar)[kPieces], bool smooth) {
+  constexpr int VEC = kVec16<T>;
+  const int piece_v = (nv + kPieces - 1) / kPieces;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) mbar_init(&bar[p], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < kPieces; ++p) {
+      const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
+      if (v1 <= v0) break;
+      const uint32_t bytes = static_cast<uint32_t>(v1 - v0) * 16u;
+      mbar_arrive_expect_tx(&bar[p], bytes);
+      bulk_copy_g2s(slice + v0 * VEC, xr + v0 * VEC, bytes, &bar[p]);
+    }
+  }
+  SliceFold<T> r;
+  for (int p = 0; p < kPieces; ++p) {
+    const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
+    if (v1 <= v0) break;
+    mbar_wait(&bar[p], 0);
+    float pm = -INFINITY;
+    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
+      const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
+      pm = fmaxf(pm, frag_max(f));
+      if (smooth) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r.sx += to_f32(f.v[j]);
+      }
+    }
+    const float nm = fmaxf(r.m, pm);
+    if (nm == -INFINITY) continue;
+    const float nms = nm * kLog2e;
+    float ps = 0.f;
+    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
+      const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) ps += fast_exp2(fmaf(to_f32(f.v[j]), kLog2e, -nms));
+    }
+    r.se = (r.m == -INFINITY ? 0.f : r.se * fast_exp2((r.m - nm) * kLog2e)) + ps;
+    r.m = nm;
+  }
+  return r;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int chunk) {
   constexpr int VEC = kVec16<T>;
@@ -221,51 +281,11 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
   const int64_t left = a.cols - base;
   const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
   const int nv = n / VEC;
-  const int piece_v = (nv + kPieces - 1) / kPieces;
   const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int p = 0; p < kPieces; ++p) mbar_init(&bar[p], 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int p = 0; p < kPieces; ++p) {
-      const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
-      if (v1 <= v0) break;
-      const uint32_t bytes = static_cast<uint32_t>(v1 - v0) * 16u;
-      mbar_arrive_expect_tx(&bar[p], bytes);
-      bulk_copy_g2s(slice + v0 * VEC, xr + v0 * VEC, bytes, &bar[p]);
-    }
-  }
   const int64_t t = load_target(a, row);
-  const bool smooth = a.smoothing != 0.f;
-  float m = -INFINITY, se = 0.f, sx = 0.f;
-  for (int p = 0; p < kPieces; ++p) {
-    const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
-    if (v1 <= v0) break;
-    mbar_wait(&bar[p], 0);
-    float pm = -INFINITY;
-    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
-      const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
-      pm = fmaxf(pm, frag_max(f));
-      if (smooth) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) sx += to_f32(f.v[j]);
-      }
-    }
-    const float nm = fmaxf(m, pm);
-    if (nm == -INFINITY) continue;
-    const float nms = nm * kLog2e;
-    float ps = 0.f;
-    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
-      const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) ps += fast_exp2(fmaf(to_f32(f.v[j]), kLog2e, -nms));
-    }
-    se = (m == -INFINITY ? 0.f : se * fast_exp2((m - nm) * kLog2e)) + ps;
-    m = nm;
-  }
+  const SliceFold<T> fold = load_and_fold_slice(xr, slice, nv, bar, a.smoothing != 0.f);
+  const float m = fold.m, se = fold.se;
+  float sx = fold.sx;
   const float bm = group_reduce<kClusterBlock, kClusterBlock>(m, MaxOp{}, scratch);
   float bs = m == -INFINITY ? 0.f : se * exp2f((m - bm) * kLog2e);
   bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
@@ -330,6 +350,38 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
     }
   }
   cluster.barrier_wait();
+}
+
+// Forward only, the same slices without a cluster: each CTA folds its slice and writes the
+// partial (max, Σexp, Σx) like ce_fwd_part_kernel; ce_fwd_combine_kernel merges a row's
+// slices in order. No cluster barrier: a CTA leaves as soon as its slice is reduced (the
+// cluster kernel keeps all of a row's CTAs until the slowest has reduced and exchanged).
+template <class T>
+__global__ void __launch_bounds__(kClusterBlock)
+    ce_fwd_slice_kernel(CeArgs a, int chunk, int slices, float* part) {
+  constexpr int VEC = kVec16<T>;
+  extern __shared__ __align__(128) unsigned char slice_raw[];
+  T* slice = reinterpret_cast<T*>(slice_raw);
+  __shared__ uint64_t bar[kPieces];
+  __shared__ float scratch[kClusterBlock / 32];
+  const int64_t row = blockIdx.x / slices;
+  const int rank = static_cast<int>(blockIdx.x % slices);
+  const int64_t base = int64_t{rank} * chunk;
+  const int64_t left = a.cols - base;
+  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
+  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
+  const SliceFold<T> f = load_and_fold_slice(xr, slice, n / VEC, bar, a.smoothing != 0.f);
+  const float bm = group_reduce<kClusterBlock, kClusterBlock>(f.m, MaxOp{}, scratch);
+  float bs = f.m == -INFINITY ? 0.f : f.se * exp2f((f.m - bm) * kLog2e);
+  bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
+  float sx = f.sx;
+  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
+  if (threadIdx.x == 0) {
+    float* p = part + (row * slices + rank) * 3;
+    p[0] = bm;
+    p[1] = bs;
+    p[2] = sx;
+  }
 }
 
 // ---- stream kernel: one block per row, two sweeps ------------------------------------------
@@ -532,6 +584,39 @@ bool try_cluster(const CeArgs& a, cudaStream_t stream) {
                                 static_cast<int>(chunk)) == cudaSuccess;
 }
 
+// Forward only with try_cluster's slices but independent CTAs (ce_fwd_slice_kernel) and the
+// chunk combine; false (nothing launched) where those slices do not apply.
+// TESSEL_CE_FWD_SLICES=0 keeps the cluster kernel for the forward only (A/B).
+template <class T>
+bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("TESSEL_CE_FWD_SLICES");
+    return !(e != nullptr && e[0] == '0');
+  }();
+  if (!enabled) return false;
+  constexpr int64_t kVec = kVec16<T>;
+  const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
+  const int64_t slices = std::min<int64_t>(
+      kClusterMax, std::max<int64_t>(1, (row_bytes + kSliceTarget - 1) / kSliceTarget));
+  const int64_t chunk = ((a.cols + slices - 1) / slices + kVec - 1) / kVec * kVec;
+  const int64_t smem = chunk * int64_t{sizeof(T)};
+  if (smem > kSliceMax || a.rows * slices >= (int64_t{1} << 31)) return false;
+  if (cudaFuncSetAttribute(ce_fwd_slice_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  void* part = nullptr;
+  TESSEL_CUDA_CHECK(cudaMallocAsync(&part, size_t(a.rows) * slices * 3 * sizeof(float), stream));
+  ce_fwd_slice_kernel<T>
+      <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
+         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), static_cast<float*>(part));
+  ce_fwd_combine_kernel<T><<<static_cast<unsigned>((a.rows + 7) / 8), 256, 0, stream>>>(
+      a, static_cast<int>(slices), static_cast<const float*>(part));
+  TESSEL_CUDA_CHECK(cudaFreeAsync(part, stream));
+  return true;
+}
+
 }  // namespace
 
 void ce_launch(const CeLaunch& p, cudaStream_t stream) {
@@ -549,6 +634,7 @@ void ce_launch(const CeLaunch& p, cudaStream_t stream) {
       ce_group_kernel<T, Cfg><<<row_grid<Cfg>(p.rows), Cfg::BLOCK, 0, stream>>>(a);
     });
     if (grouped) return;
+    if (p.dx == nullptr && vec_ok && try_fwd_slices<T>(a, stream)) return;
     if (vec_ok && try_cluster<T>(a, stream)) return;
     cudaGetLastError();  // a refused cluster launch falls back
     // Forward only: independent chunk CTAs (grid x is 2^31 - 1: rows * chunks must fit).

@@ -544,7 +544,10 @@ bool launch_fwd_ring(const NormArgs& a, int64_t csize, int64_t chunk, cudaStream
 // than the register paths; GroupNorm rows of >= kGnStagedMinCols with hw % VEC == 0; slices
 // <= 200 KB); false otherwise (nothing launched).
 constexpr int64_t kGnStagedMinCols = 2048;
-constexpr int64_t kGnFwdSliceTarget = 32 * 1024;  // 6 CTAs per SM: more phases overlap
+// GroupNorm slices of 64 KB (3 CTAs per SM, clusters of 2 at 32x512x64x64 bf16): 0.940 of copy
+// against 0.900 with 32 KB (4-CTA clusters, 6 per SM) and 0.806 with 16 KB (H100, one device
+// call, TESSEL_NORM_GN_SLICE_KB; bench/results/h100/dev/session10/call2_gn*.json).
+constexpr int64_t kGnFwdSliceTarget = 64 * 1024;
 
 template <class T, Mode M>
 bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
@@ -553,7 +556,13 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
   if (!vec_ok || a.rows < 1 || a.cols < min_cols) return false;
   if (M == Mode::gn && (a.hw % kVec != 0 || a.cols >= (int64_t{1} << 30))) return false;
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
-  const int64_t target = M == Mode::gn ? kGnFwdSliceTarget : kFwdSliceTarget;
+  // TESSEL_NORM_GN_SLICE_KB=n: GroupNorm slice target (A/B of CTAs per SM vs cluster size).
+  static const int64_t gn_target = [] {
+    const char* e = std::getenv("TESSEL_NORM_GN_SLICE_KB");
+    const int64_t kb = e ? std::atoll(e) : 0;
+    return kb >= 4 && kb <= 192 ? kb * 1024 : kGnFwdSliceTarget;
+  }();
+  const int64_t target = M == Mode::gn ? gn_target : kFwdSliceTarget;
   const int64_t csize =
       std::min<int64_t>(kFwdClusterMax, std::max<int64_t>(1, (row_bytes + target - 1) / target));
   const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
@@ -802,7 +811,10 @@ constexpr int kGnBwdBlock = 256;
 constexpr int kGnBwdWarps = kGnBwdBlock / 32;
 constexpr int kGnBwdMaxSliceCh = 32;  // channels that one CTA's slice may touch
 constexpr int kGnBwdMaxCpg = 4096;
-constexpr int64_t kGnBwdSliceTarget = 16 * 1024;  // bytes of x (and of dy) per CTA
+// Bytes of x (and of dy) per CTA. H100, 32x512x64x64 bf16, one device call, two rounds: 8 KB
+// 0.828 / 0.835 of copy, 16 KB 0.838 / 0.839, 24 KB 0.759 / 0.753, 32 KB 0.732 / 0.742, 48 KB
+// 0.723 / 0.729 (bench/results/h100/dev/session10/call3_gnb*.json).
+constexpr int64_t kGnBwdSliceTarget = 16 * 1024;
 constexpr int kGnBwdStages = 2;
 
 // Persistent: a cluster handles rows row0, row0 + step, ...; its CTAs keep the same column
