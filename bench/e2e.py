@@ -19,12 +19,22 @@ whole step loop including host work, one process per case, CUDA_MODULE_LOADING=E
 warm-up run of the same prompts first (`tessel run --warmup 1`) and no tuning inside the timed
 region. transformers: median of 3 timed runs after one warm-up, torch.cuda.synchronize() around
 each.
+
+--llama-cpp DIR adds llama.cpp as a second baseline on the same weights (issue 6's real
+competitor): DIR is what scripts/build_llama_cpp.sh stages (bin/, lib/, convert/, tokenizer/).
+Each checkpoint is converted once to a bf16 GGUF (convert_hf_to_gguf.py, given the Llama-3
+tokenizer files for the vocabulary), and llama-batched-bench runs the same workload as tessel
+(-npp PROMPT -ntg NEW -npl 1,16, flash attention on, all layers on the GPU): S_PP of the batch-1
+row is the prefill rate, S_TG of the batch-1 and batch-16 rows the decode rates. Those go into
+extra records (same op and case, baseline "llama.cpp"); llama-bench's pp/tg rates (-r 3) go
+into their check_detail.
 """
 import argparse
 import datetime
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -169,10 +179,82 @@ def decode_split(text):
     return float(m.group(2)) / float(m.group(1)), float(m.group(3)) / float(m.group(1))
 
 
-def record(prefix, op, batch, prompt, new, params, ours, base, peak_fraction, detail):
+def llama_cpp_env(root):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(root, "lib") + ":" + env.get("LD_LIBRARY_PATH", "")
+    return env
+
+
+def llama_cpp_gguf(root, folder):
+    """The checkpoint converted to a bf16 GGUF by llama.cpp's convert_hf_to_gguf.py (once).
+    The converter reads a copy of the folder made of links plus the Llama-3 tokenizer files
+    (it needs a vocabulary); tessel's folder stays as it was."""
+    gguf = folder + ".gguf"
+    if os.path.exists(gguf):
+        return gguf
+    src = folder + "_for_llama_cpp"
+    os.makedirs(src, exist_ok=True)
+    for name in os.listdir(folder):
+        if not os.path.exists(os.path.join(src, name)):
+            os.symlink(os.path.join(os.path.abspath(folder), name), os.path.join(src, name))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if not os.path.exists(os.path.join(src, name)):
+            shutil.copy(os.path.join(root, "tokenizer", name), src)
+    conv = os.path.join(root, "convert")
+    env = dict(os.environ, PYTHONPATH=os.path.join(conv, "gguf-py") + ":" + conv)
+    out = subprocess.run([sys.executable, os.path.join(conv, "convert_hf_to_gguf.py"), src,
+                          "--outtype", "bf16", "--outfile", gguf + ".tmp"],
+                         capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"convert_hf_to_gguf failed: {out.stdout[-1500:]} {out.stderr[-1500:]}")
+    os.rename(gguf + ".tmp", gguf)
+    return gguf
+
+
+def llama_cpp_times(root, gguf, prompt_len, new_tokens):
+    """llama.cpp on the GPU: {"prefill": tok/s (1 x prompt), 1: decode tok/s, 16: ...} from
+    llama-batched-bench (the same workload as tessel's cases), and llama-bench's text."""
+    env = llama_cpp_env(root)
+    ctx = 16 * (prompt_len + new_tokens) + 256
+    cmd = [os.path.join(root, "bin", "llama-batched-bench"), "-m", gguf, "-ngl", "99",
+           "-fa", "on", "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(prompt_len),
+           "-ntg", str(new_tokens), "-npl", "1,16", "--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or len(rows) != 2:
+        raise RuntimeError(f"llama-batched-bench failed (rc {out.returncode}): "
+                           f"{out.stdout[-1500:]} {out.stderr[-1500:]}")
+    res = {}
+    for r in rows:
+        res[int(r["pl"])] = float(r["speed_tg"])
+        if int(r["pl"]) == 1:
+            res["prefill"] = float(r["speed_pp"])
+    bench = subprocess.run([os.path.join(root, "bin", "llama-bench"), "-m", gguf, "-ngl", "99",
+                            "-fa", "1", "-p", str(prompt_len), "-n", str(new_tokens), "-r", "3",
+                            "-o", "jsonl"], capture_output=True, text=True, env=env, timeout=900)
+    parts = []
+    for line in bench.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            kind = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+            parts.append(f"{kind} {float(r['avg_ts']):.1f} tok/s")
+    res["llama_bench"] = ("llama-bench (-r 3, depth 0): " + ", ".join(parts)) if parts else \
+        f"llama-bench failed (rc {bench.returncode})"
+    res["build"] = next((line.strip() for line in (out.stderr + out.stdout).splitlines()
+                         if "build:" in line), "")
+    return res
+
+
+def llama_cpp_detail(lcpp):
+    return (f"llama.cpp bf16 GGUF of the same weights, llama-batched-bench -fa on -ngl 99 "
+            f"(the same prompt/new-token counts); {lcpp['llama_bench']}; {lcpp['build']}")
+
+
+def record(prefix, op, batch, prompt, new, params, ours, base, peak_fraction, detail,
+           baseline="transformers eager"):
     return {"op": op, "case": f"{prefix} b{batch} prompt {prompt} new {new}",
             "shape": {"batch": batch, "prompt": prompt, "new_tokens": new, "params": params},
-            "dtype": "bf16", "metric": "tok/s", "ours": ours, "baseline": "transformers eager",
+            "dtype": "bf16", "metric": "tok/s", "ours": ours, "baseline": baseline,
             "baseline_value": base, "ratio": ours / base if base > 0 else 0.0,
             "peak_fraction": peak_fraction, "check": "OK", "check_detail": detail,
             "target": "", "target_met": False}
@@ -204,6 +286,20 @@ def run_model(tf, args, name, copy_gbps, done=()):
               f"decode {b / hf[b][1]:.1f} tok/s", flush=True)
     del model
     torch.cuda.empty_cache()
+
+    lcpp = None
+    if args.llama_cpp:
+        try:  # a failing baseline must not cost the rest of the run
+            t1 = time.time()
+            gguf = llama_cpp_gguf(args.llama_cpp, folder)
+            t2 = time.time()
+            lcpp = llama_cpp_times(args.llama_cpp, gguf, args.prompt, args.new_tokens)
+            print(f"llama.cpp {prefix}: converted in {t2 - t1:.0f} s; prefill "
+                  f"{lcpp['prefill']:.0f} tok/s, decode b1 {lcpp[1]:.1f}, b16 {lcpp[16]:.1f} "
+                  f"tok/s; {lcpp['llama_bench']}; {lcpp['build']}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"llama.cpp {prefix}: FAILED: {e}", flush=True)
+            lcpp = None
 
     records = []
     cache = None
@@ -242,12 +338,25 @@ def run_model(tf, args, name, copy_gbps, done=()):
         print(f"  {detail}", flush=True)
         records.append(record(prefix, "e2e_decode", b, args.prompt, args.new_tokens, params,
                               decode_tps, hf_decode, bw / copy_gbps, detail))
+        if lcpp:
+            r = record(prefix, "e2e_decode", b, args.prompt, args.new_tokens, params,
+                       decode_tps, lcpp[b], bw / copy_gbps, llama_cpp_detail(lcpp),
+                       baseline="llama.cpp")
+            if name == "8b" and b == 1:  # issue 6: batch-1 decode >= 1.1x llama.cpp
+                r["target"], r["target_met"] = "ratio>=1.1", r["ratio"] >= 1.1
+            records.append(r)
         if args.partial_json:  # what is done so far survives a timeout
             with open(args.json + ".partial", "w") as f:  # earlier models' records too
                 json.dump(list(done) + records, f, indent=1)
         if b == 1:  # (the prefill record is in the next partial write)
             records.append(record(prefix, "e2e_prefill", 1, args.prompt, 0, params, prefill_tps,
                                   args.prompt / hf[1][0], 0.0, "prefill of one prompt"))
+            if lcpp:
+                r = record(prefix, "e2e_prefill", 1, args.prompt, 0, params, prefill_tps,
+                           lcpp["prefill"], 0.0, llama_cpp_detail(lcpp), baseline="llama.cpp")
+                if name == "8b":  # issue 6: prefill 1x512 >= 1.3x llama.cpp
+                    r["target"], r["target_met"] = "ratio>=1.3", r["ratio"] >= 1.3
+                records.append(r)
     return records
 
 
@@ -269,6 +378,9 @@ def main():
                     help="skip transformers (development runs; baseline_value 0)")
     ap.add_argument("--partial-json", action="store_true",
                     help="also write JSON.partial after every tessel case")
+    ap.add_argument("--llama-cpp", default="", metavar="DIR",
+                    help="also run llama.cpp (staged by scripts/build_llama_cpp.sh) on the same "
+                         "weights as a second baseline")
     ap.add_argument("--pretune", action="store_true",
                     help="`tessel tune` the decode GEMM shapes first and run with that cache")
     args = ap.parse_args()
@@ -285,7 +397,7 @@ def main():
     with open(args.json, "w") as f:
         json.dump(doc, f, indent=1)
     for r in records:
-        print(f"{r['op']:12s} {r['case']:44s} ours {r['ours']:9.1f} tok/s  transformers "
+        print(f"{r['op']:12s} {r['case']:44s} ours {r['ours']:9.1f} tok/s  {r['baseline']} "
               f"{r['baseline_value']:9.1f}  ratio {r['ratio']:.2f}  peak {r['peak_fraction']:.2f}")
     return 0
 
