@@ -24,10 +24,11 @@ each.
 competitor): DIR is what scripts/build_llama_cpp.sh stages (bin/, lib/, convert/, tokenizer/).
 Each checkpoint is converted once to a bf16 GGUF (convert_hf_to_gguf.py, given the Llama-3
 tokenizer files for the vocabulary), and llama-batched-bench runs the same workload as tessel
-(-npp PROMPT -ntg NEW -npl 1,16, flash attention on, all layers on the GPU): S_PP of the batch-1
-row is the prefill rate, S_TG of the batch-1 and batch-16 rows the decode rates. Those go into
-extra records (same op and case, baseline "llama.cpp"); llama-bench's pp/tg rates (-r 3) go
-into their check_detail.
+(-npp PROMPT -ntg NEW -npl 1,16, flash attention on, all layers on the GPU) and llama-bench its
+pp/tg tests (-r 3). The baseline of each record is the higher rate of the two tools (prefill:
+batched-bench's S_PP of the batch-1 row or llama-bench's pp; decode b1: S_TG or tg; b16:
+batched-bench's S_TG), in extra records (same op and case, baseline "llama.cpp"), every rate in
+check_detail.
 """
 import argparse
 import datetime
@@ -212,8 +213,12 @@ def llama_cpp_gguf(root, folder):
 
 
 def llama_cpp_times(root, gguf, prompt_len, new_tokens):
-    """llama.cpp on the GPU: {"prefill": tok/s (1 x prompt), 1: decode tok/s, 16: ...} from
-    llama-batched-bench (the same workload as tessel's cases), and llama-bench's text."""
+    """llama.cpp on the GPU, two tools on the same GGUF: llama-batched-bench runs tessel's
+    workload (a PROMPT-token prompt, then NEW decode steps, batch 1 and 16) and llama-bench its
+    standard pp/tg tests (-r 3, empty cache before the tg test, each test warmed up).
+    Returns {"prefill", 1, 16: the baseline tok/s (where both tools measure a rate, the higher
+    one: batched-bench's single prompt pass includes one-time costs that llama-bench warms up),
+    "detail": every rate}."""
     env = llama_cpp_env(root)
     ctx = 16 * (prompt_len + new_tokens) + 256
     cmd = [os.path.join(root, "bin", "llama-batched-bench"), "-m", gguf, "-ngl", "99",
@@ -224,30 +229,39 @@ def llama_cpp_times(root, gguf, prompt_len, new_tokens):
     if out.returncode != 0 or len(rows) != 2:
         raise RuntimeError(f"llama-batched-bench failed (rc {out.returncode}): "
                            f"{out.stdout[-1500:]} {out.stderr[-1500:]}")
-    res = {}
+    batched = {}
     for r in rows:
-        res[int(r["pl"])] = float(r["speed_tg"])
-        if int(r["pl"]) == 1:
-            res["prefill"] = float(r["speed_pp"])
+        batched[int(r["pl"])] = (float(r["speed_pp"]), float(r["speed_tg"]))
     bench = subprocess.run([os.path.join(root, "bin", "llama-bench"), "-m", gguf, "-ngl", "99",
                             "-fa", "1", "-p", str(prompt_len), "-n", str(new_tokens), "-r", "3",
                             "-o", "jsonl"], capture_output=True, text=True, env=env, timeout=900)
-    parts = []
+    pp = tg = 0.0
     for line in bench.stdout.splitlines():
         if line.startswith("{"):
             r = json.loads(line)
-            kind = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
-            parts.append(f"{kind} {float(r['avg_ts']):.1f} tok/s")
-    res["llama_bench"] = ("llama-bench (-r 3, depth 0): " + ", ".join(parts)) if parts else \
-        f"llama-bench failed (rc {bench.returncode})"
-    res["build"] = next((line.strip() for line in (out.stderr + out.stdout).splitlines()
-                         if "build:" in line), "")
-    return res
+            if r["n_prompt"]:
+                pp = float(r["avg_ts"])
+            else:
+                tg = float(r["avg_ts"])
+    version = ""
+    try:
+        with open(os.path.join(root, "llama.cpp.txt")) as f:
+            version = " ".join(f.read().split("\n")[:2]).strip()
+    except OSError:
+        pass
+    return {
+        "prefill": max(batched[1][0], pp), 1: max(batched[1][1], tg), 16: batched[16][1],
+        "detail": (f"llama-batched-bench -npp {prompt_len} -ntg {new_tokens}: b1 prompt "
+                   f"{batched[1][0]:.1f} tok/s, b1 decode {batched[1][1]:.1f}, b16 decode "
+                   f"{batched[16][1]:.1f}; llama-bench (-r 3, depth 0): pp{prompt_len} {pp:.1f}, "
+                   f"tg{new_tokens} {tg:.1f}" +
+                   ("" if bench.returncode == 0 else f" (llama-bench rc {bench.returncode})") +
+                   f"; {version}")}
 
 
 def llama_cpp_detail(lcpp):
-    return (f"llama.cpp bf16 GGUF of the same weights, llama-batched-bench -fa on -ngl 99 "
-            f"(the same prompt/new-token counts); {lcpp['llama_bench']}; {lcpp['build']}")
+    return (f"llama.cpp: bf16 GGUF of the same weights, -fa on -ngl 99, baseline = the higher "
+            f"rate of its two tools; {lcpp['detail']}")
 
 
 def record(prefix, op, batch, prompt, new, params, ours, base, peak_fraction, detail,
@@ -296,7 +310,7 @@ def run_model(tf, args, name, copy_gbps, done=()):
             lcpp = llama_cpp_times(args.llama_cpp, gguf, args.prompt, args.new_tokens)
             print(f"llama.cpp {prefix}: converted in {t2 - t1:.0f} s; prefill "
                   f"{lcpp['prefill']:.0f} tok/s, decode b1 {lcpp[1]:.1f}, b16 {lcpp[16]:.1f} "
-                  f"tok/s; {lcpp['llama_bench']}; {lcpp['build']}", flush=True)
+                  f"tok/s; {lcpp['detail']}", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"llama.cpp {prefix}: FAILED: {e}", flush=True)
             lcpp = None
