@@ -566,15 +566,31 @@ __global__ void __launch_bounds__(kSmallBlock)
   }
 }
 
+// A row in ⌈row bytes / 64 KB⌉ <= kClusterMax slices of `chunk` elements (16-byte multiples);
+// ok = false where a slice would pass kSliceMax or the grid 2^31 CTAs.
+struct Slices {
+  int64_t count, chunk, smem;
+  bool ok;
+};
+
 template <class T>
-bool try_cluster(const CeArgs& a, cudaStream_t stream) {
+Slices slices_of(const CeArgs& a) {
   constexpr int64_t kVec = kVec16<T>;
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
-  const int64_t csize = std::min<int64_t>(
-      kClusterMax, std::max<int64_t>(1, (row_bytes + kSliceTarget - 1) / kSliceTarget));
-  const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
-  const int64_t smem = chunk * int64_t{sizeof(T)};
-  if (smem > kSliceMax || a.rows * csize >= (int64_t{1} << 31)) return false;
+  Slices s;
+  s.count = std::min<int64_t>(kClusterMax,
+                              std::max<int64_t>(1, (row_bytes + kSliceTarget - 1) / kSliceTarget));
+  s.chunk = ((a.cols + s.count - 1) / s.count + kVec - 1) / kVec * kVec;
+  s.smem = s.chunk * int64_t{sizeof(T)};
+  s.ok = s.smem <= kSliceMax && a.rows * s.count < (int64_t{1} << 31);
+  return s;
+}
+
+template <class T>
+bool try_cluster(const CeArgs& a, cudaStream_t stream) {
+  const Slices sl = slices_of<T>(a);
+  if (!sl.ok) return false;
+  const int64_t csize = sl.count, chunk = sl.chunk, smem = sl.smem;
   if (cudaFuncSetAttribute(ce_cluster_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess)
     return false;
@@ -593,14 +609,9 @@ bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
     const char* e = std::getenv("TESSEL_CE_FWD_SLICES");
     return !(e != nullptr && e[0] == '0');
   }();
-  if (!enabled) return false;
-  constexpr int64_t kVec = kVec16<T>;
-  const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
-  const int64_t slices = std::min<int64_t>(
-      kClusterMax, std::max<int64_t>(1, (row_bytes + kSliceTarget - 1) / kSliceTarget));
-  const int64_t chunk = ((a.cols + slices - 1) / slices + kVec - 1) / kVec * kVec;
-  const int64_t smem = chunk * int64_t{sizeof(T)};
-  if (smem > kSliceMax || a.rows * slices >= (int64_t{1} << 31)) return false;
+  const Slices sl = slices_of<T>(a);
+  if (!enabled || !sl.ok) return false;
+  const int64_t slices = sl.count, chunk = sl.chunk, smem = sl.smem;
   if (cudaFuncSetAttribute(ce_fwd_slice_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
     cudaGetLastError();
