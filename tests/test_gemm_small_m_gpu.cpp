@@ -186,6 +186,11 @@ TEST_F(GemmSmallMGpu, EveryConfigMatchesFloat64) {
       {3, 4104, 520, DType::bf16, DType::bf16, BLayout::nk},
       {32, 136, 4096, DType::bf16, DType::f32, BLayout::kn, 1.f, -1.f},
       {9, 4104, 520, DType::f16, DType::f16, BLayout::kn},
+      // M <= 8, B (N,K): the ring kernel's configs too — slabs cut across CTAs (one stage per
+      // CTA; ~2 per CTA with a 56-stage K), whole slabs, ragged last slab and K tail.
+      {1, 136, 4096, DType::bf16, DType::f32, BLayout::nk, 0.75f, 0.5f},
+      {8, 264, 14336, DType::f16, DType::f32, BLayout::nk},
+      {5, 8200, 4104, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f, 0, /*in_place_c=*/true},
   };
   for (Case c : shapes) {
     Problem p = make(c);
@@ -300,10 +305,27 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
     DeviceTensor d_ref = alloc(c.dt, {c.m, c.n});
     DeviceTensor d_fused = alloc(c.dt, {c.m, c.n});
     swiglu(gate, up, act.t, stream());
-    ASSERT_TRUE(detail::gemm_small_m(act.t, dw.t, d_ref.t, GemmOptions{}, stream()));
-    ASSERT_TRUE(detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream()));
-    sync();
-    EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
+    // The autotuner's choice, then every config (the ring kernel's included), each against
+    // the unfused GEMM with the same config.
+    for (int cfg = -1; cfg < detail::gemm_small_m_num_configs(); cfg += cfg < 0 ? 1 : 5) {
+      SCOPED_TRACE("config " + std::to_string(cfg));
+      ASSERT_TRUE(
+          detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
+      ASSERT_TRUE(
+          detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg));
+      sync();
+      EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
+    }
+    for (int cfg = detail::gemm_small_m_num_configs() - 3; cfg < detail::gemm_small_m_num_configs();
+         ++cfg) {
+      SCOPED_TRACE("ring config " + std::to_string(cfg));
+      ASSERT_TRUE(
+          detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
+      ASSERT_TRUE(
+          detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg));
+      sync();
+      EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
+    }
     // float64 GEMM of the rounded activation (what both consumed).
     const std::vector<double> a = download_values(act);
     std::vector<double> ref(static_cast<size_t>(c.m * c.n), 0.0);

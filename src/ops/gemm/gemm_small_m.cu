@@ -38,6 +38,8 @@
 #include <vector>
 
 #include "ops/gemm/gemm_small_m.hpp"
+#include "ops/gemm/gemm_small_m_common.cuh"
+#include "ops/gemm/gemm_small_m_ring.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/check.hpp"
 #include "runtime/launch.cuh"
@@ -72,31 +74,6 @@ struct Params {
   int gated;  // A = silu(a[:, :k]) * a[:, k:2k], computed while staging (SwiGLU MLP's down GEMM)
 };
 
-template <class T>
-struct Mma;
-template <>
-struct Mma<__nv_bfloat16> {
-  __device__ __forceinline__ static void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                             uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
-template <>
-struct Mma<__half> {
-  __device__ __forceinline__ static void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                             uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
-
 // Streaming 16-byte weight load (read once: no L1 allocation, 256-byte L2 prefetch).
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   uint4 r;
@@ -106,48 +83,7 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   return r;
 }
 
-// 8 SwiGLU activations silu(g) * u of a 16-byte gate and up vector, rounded to T once: the
-// same arithmetic as tessel::swiglu (src/ops/activation/activation.cu), so the fused down GEMM
-// sees the bits the unfused activation would have written.
-template <class T>
-__device__ __forceinline__ uint4 swiglu8(const uint4& g, const uint4& u) {
-  uint4 r;
-  const T* gv = reinterpret_cast<const T*>(&g);
-  const T* uv = reinterpret_cast<const T*>(&u);
-  T* rv = reinterpret_cast<T*>(&r);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float x = static_cast<float>(gv[j]);
-    const float f = x * __fdividef(1.f, 1.f + __expf(-x));
-    rv[j] = static_cast<T>(f * static_cast<float>(uv[j]));
-  }
-  return r;
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ void store_out(const Params& p, int64_t idx_d, float v) {
-  if (p.out == 0)
-    static_cast<float*>(p.d)[idx_d] = v;
-  else if (p.out == 1)
-    static_cast<__half*>(p.d)[idx_d] = __float2half_rn(v);
-  else
-    static_cast<__nv_bfloat16*>(p.d)[idx_d] = __float2bfloat16_rn(v);
-}
-
-__device__ __forceinline__ float load_c(const Params& p, int64_t idx) {
-  if (p.out == 0) return static_cast<const float*>(p.c)[idx];
-  if (p.out == 1) return __half2float(static_cast<const __half*>(p.c)[idx]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.c)[idx]);
-}
-
-__device__ __forceinline__ void epilogue(const Params& p, int token, int n, float v) {
-  float r = p.alpha * v;
-  if (p.c != nullptr) r += p.beta * load_c(p, int64_t{token} * p.ldc + n);
-  store_out(p, int64_t{token} * p.ldd + n, r);
-}
+using namespace small_m;
 
 template <bool KN>
 struct Shape {
@@ -402,7 +338,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
 
 constexpr int kSplitChoices[] = {1, 2, 3, 4, 6, 8, 12, 16};
 constexpr int kNumSplitChoices = 8;
-constexpr int kNumConfigs = 4 * kNumSplitChoices;  // wn ∈ {1, 2, 4, 8} × splits
+constexpr int kNumLdgConfigs = 4 * kNumSplitChoices;  // wn ∈ {1, 2, 4, 8} × splits
+// Then the bulk-copy ring kernel (gemm_small_m_ring.cu) with 3, 4, 5 stages: B (N,K) and
+// M <= 8 only; for other problems these ids run the default register-streaming config.
+constexpr int kRingStages[] = {3, 4, 5};
+constexpr int kNumRingConfigs = 3;
+constexpr int kNumConfigs = kNumLdgConfigs + kNumRingConfigs;
+bool is_ring_config(int id) { return id >= kNumLdgConfigs; }
+int ring_stages(int id) { return kRingStages[id - kNumLdgConfigs]; }
 
 struct Config {
   int wn, splits;
@@ -575,8 +518,56 @@ cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stre
 
 // Launches with config `cfg` into d_ptr/ldd (beta·C as given). Falls back to one split when
 // the split-K workspace cannot be allocated (graph capture).
+bool ring_applies(const Problem& pr) { return !pr.kn && pr.m <= kSmallMRingMaxM; }
+
+// TESSEL_GEMM_SMALL_M_RING=0 keeps the ring kernel out of the autotuner's candidates (A/B).
+bool ring_tunable() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSEL_GEMM_SMALL_M_RING");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
+// The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
+bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
+                 const void* cptr, float alpha, float beta, int stages, cudaStream_t stream) {
+  const int grid = small_m_ring_grid(pr.n, pr.k, current_sm_count());
+  const WorkspaceView ws =
+      workspace(stream, size_t(small_m_ring_slabs(pr.n)),
+                small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
+  if (ws.tickets == nullptr) return false;
+  SmallMRingParams p{};
+  p.a = a;
+  p.lda = pr.lda;
+  p.b = b;
+  p.ldb = pr.ldb;
+  p.d = dptr;
+  p.ldd = ldd;
+  p.c = cptr;
+  p.ldc = pr.ldc;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.m = pr.m;
+  p.n = pr.n;
+  p.k = pr.k;
+  p.out = pr.out;
+  p.gated = pr.gated ? 1 : 0;
+  p.stages = stages;
+  p.partials = ws.partials;
+  p.tickets = ws.tickets;
+  TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, pr.bf16, stream));
+  return true;
+}
+
 void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
             const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
+  if (is_ring_config(cfg_id)) {
+    if (ring_applies(pr) &&
+        launch_ring(pr, a, b, dptr, ldd, cptr, alpha, beta, ring_stages(cfg_id), stream))
+      return;
+    cfg_id = default_config(pr.kn, pr.n, current_sm_count());
+  }
   const Config cfg = config_of(cfg_id);
   const int stepk = pr.kn ? 32 : 128;
   const int warp_n = pr.kn ? 64 : 16;
@@ -662,8 +653,9 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
     std::lock_guard<std::mutex> lock(memo_mu);
     if (auto it = memo.find(mk); it != memo.end()) return it->second;
   }
-  std::vector<int> candidates(kNumConfigs);
-  for (int i = 0; i < kNumConfigs; ++i) candidates[i] = i;
+  std::vector<int> candidates;
+  for (int i = 0; i < kNumConfigs; ++i)
+    if (!is_ring_config(i) || (ring_applies(pr) && ring_tunable())) candidates.push_back(i);
   const std::string key =
       autotune::make_key("gemm_small_m", autotune::current_gpu_name(), dtype_key(a, d),
                          pr.kn ? "kn" : "nk", pr.m, pr.n, pr.k);
@@ -748,6 +740,9 @@ int gemm_small_m_num_configs() { return kNumConfigs; }
 
 std::string gemm_small_m_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "config " + std::to_string(config) + " (invalid)";
+  if (is_ring_config(config))
+    return "config " + std::to_string(config) + " (bulk-copy ring, " +
+           std::to_string(ring_stages(config)) + " stages)";
   const Config c = config_of(config);
   return "config " + std::to_string(config) + " (warps N x K = " + std::to_string(c.wn) + " x " +
          std::to_string(kWarps / c.wn) + ", splits >= " + std::to_string(c.splits) + ")";
@@ -776,7 +771,7 @@ bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions
 }
 
 bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int config) {
   if (gate_up.ndim != 2 || b.ndim != 2 || gate_up.strides[1] != 1) return false;
   const int64_t k = opt.b_layout == BLayout::nk ? b.shape[1] : b.shape[0];
   if (gate_up.shape[1] != 2 * k || k % 8 != 0) return false;
@@ -786,7 +781,7 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   if (!pr.ok) return false;
   pr.gated = true;
   // The config of the plain problem of the same shape (the prologue adds L2 reads of A only).
-  const int config = choose(pr, a, b, d, stream);
+  if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
   launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;

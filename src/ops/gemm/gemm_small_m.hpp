@@ -10,9 +10,10 @@
 // Returns false without launching anything for cases it does not handle (M outside 1…32,
 // K == 0, anything it cannot prove it supports); the caller then uses the general kernel.
 //
-// Config (rows/columns per block, warps along K, split-K count) comes from the autotuner
+// Config (rows/columns per block, warps along K, split-K count; or, for B (N,K) and M <= 8,
+// the bulk-copy ring kernel of gemm_small_m_ring.cu and its depth) comes from the autotuner
 // (src/runtime/autotune.hpp, family "gemm_small_m"); split-K partials are reduced
-// deterministically (fixed split order) by the last block of each column slab.
+// deterministically (fixed split / CTA order) by the last block of each column slab.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,8 +41,9 @@ bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms);
 // silu(G) ⊙ U is rounded to the input dtype exactly as tessel::swiglu rounds it, so the result
 // equals swiglu followed by gemm_small_m bit for bit. Same contract otherwise (false: nothing
 // launched; the caller runs swiglu + gemm).
+// `config` as in gemm_small_m_with_config (-1: the autotuner's choice for the plain problem).
 bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
-                         cudaStream_t stream);
+                         cudaStream_t stream, int config = -1);
 
 // Tuning hooks (benchmarks, tests, `tessel tune`): number of candidate configs, a config's
 // description, and a launch with a forced config (-1: the autotuner's choice). Same

@@ -1,0 +1,85 @@
+// Device pieces shared by the small-M GEMM kernels (gemm_small_m.cu: register-streaming;
+// gemm_small_m_ring.cu: bulk-copy ring): the m16n8k16 MMA, the fused SwiGLU activation of the
+// down projection, and the epilogue (alpha, beta·C, output dtype). P is a kernel parameter
+// struct with fields d, ldd, c, ldc, alpha, beta and out (0 f32, 1 f16, 2 bf16).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace tessel::detail::small_m {
+
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+// 8 SwiGLU activations silu(g) * u of a 16-byte gate and up vector, rounded to T once: the
+// same arithmetic as tessel::swiglu (src/ops/activation/activation.cu), so the fused down GEMM
+// sees the bits the unfused activation would have written.
+template <class T>
+__device__ __forceinline__ uint4 swiglu8(const uint4& g, const uint4& u) {
+  uint4 r;
+  const T* gv = reinterpret_cast<const T*>(&g);
+  const T* uv = reinterpret_cast<const T*>(&u);
+  T* rv = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float x = static_cast<float>(gv[j]);
+    const float f = x * __fdividef(1.f, 1.f + __expf(-x));
+    rv[j] = static_cast<T>(f * static_cast<float>(uv[j]));
+  }
+  return r;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <class P>
+__device__ __forceinline__ void store_out(const P& p, int64_t idx_d, float v) {
+  if (p.out == 0)
+    static_cast<float*>(p.d)[idx_d] = v;
+  else if (p.out == 1)
+    static_cast<__half*>(p.d)[idx_d] = __float2half_rn(v);
+  else
+    static_cast<__nv_bfloat16*>(p.d)[idx_d] = __float2bfloat16_rn(v);
+}
+
+template <class P>
+__device__ __forceinline__ float load_c(const P& p, int64_t idx) {
+  if (p.out == 0) return static_cast<const float*>(p.c)[idx];
+  if (p.out == 1) return __half2float(static_cast<const __half*>(p.c)[idx]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.c)[idx]);
+}
+
+template <class P>
+__device__ __forceinline__ void epilogue(const P& p, int token, int n, float v) {
+  float r = p.alpha * v;
+  if (p.c != nullptr) r += p.beta * load_c(p, int64_t{token} * p.ldc + n);
+  store_out(p, int64_t{token} * p.ldd + n, r);
+}
+
+}  // namespace tessel::detail::small_m

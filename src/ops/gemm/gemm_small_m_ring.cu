@@ -1,0 +1,314 @@
+// Small-M GEMM, bulk-copy ring kernel (see gemm_small_m_ring.hpp): D = alpha · A · Bᵀ + beta · C
+// for B (N,K) and M <= 8, the decode GEMV of an LLM.
+//
+// Why: the register-streaming kernel (gemm_small_m.cu) keeps its weight bytes in flight in
+// registers, 64 KB per SM at most; the H200 needs more per SM than the H100 (4.8 vs 3.35 TB/s
+// over the same 132 SMs) and that kernel fell to 0.83 of copy there (cuBLAS 0.96). Here the
+// TMA moves the weight into a ring of `stages` × 32 KB per SM without registers or load
+// instructions, and warps specialize:
+//
+//   warp 8 (producer)     per stage: 64 weight rows × 256 k, one 512-byte bulk copy per row
+//                         (rows padded to 576 bytes so the consumers' reads are conflict-free),
+//                         L2 evict-first; never waits for the previous kernel (weights are not
+//                         its output), so the ring fills during its tail.
+//   warps 9, 10 (A)       per stage: the activations' 8 × 256 slice — bulk copies, or for the
+//                         SwiGLU down projection silu(gate) · up computed into the ring.
+//   warps 0-7 (MMA)       warp w: rows 16·(w % 4) … +16 × k half w / 4 of each stage, mma.sync
+//                         m16n8k16 with the operand roles of gemm_small_m.cu (weight = A
+//                         operand, tokens = B operand) and its k permutation.
+//
+// Work split: the stages of all column slabs (64 rows × all of K) in slab-major order are cut
+// into `grid` contiguous, equal runs, one per CTA (persistent, no tail wave). A slab that one
+// CTA covers is written directly; a slab cut between CTAs leaves fp32 partials and the last CTA
+// to finish it (atomic ticket) sums them in CTA order, so results are deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "ops/bulk_copy.cuh"
+#include "ops/gemm/gemm_small_m_common.cuh"
+#include "ops/gemm/gemm_small_m_ring.hpp"
+#include "runtime/launch.cuh"
+#include "tile/tile.cuh"
+
+namespace tessel::detail {
+namespace {
+
+using namespace small_m;
+
+constexpr int kRows = 64;                        // weight rows per stage: 4 groups of 16
+constexpr int kStageK = 256;                     // k per stage: 2 halves × 4 chunks of 32
+constexpr int kPitch = kStageK * 2 + 64;         // staged row bytes, ≡ 64 mod 128 (see below)
+constexpr int kTokens = kSmallMRingMaxM;         // the MMA's n: 8 tokens
+constexpr int kMmaWarps = 8;
+constexpr int kActWarps = 2;
+constexpr int kProducerWarp = kMmaWarps;         // warp 8
+constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
+constexpr int kStageWBytes = kRows * kPitch;     // 36 KB (32 KB of weight)
+constexpr int kStageABytes = kTokens * kPitch;   // 4.5 KB
+constexpr int kRedFloats = 2 * kTokens * kRows;  // the two k halves' sums of a slab
+// A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 576-byte pitch puts
+// them on disjoint banks.
+static_assert(kPitch % 128 == 64, "row pitch must be 64 mod 128 bytes");
+
+size_t smem_bytes(int stages) {
+  return size_t(stages) * (kStageWBytes + kStageABytes) + kRedFloats * sizeof(float) +
+         2 * size_t(stages) * sizeof(uint64_t);
+}
+
+// The MMA warps' own barrier (named barrier 1; 0 is __syncthreads).
+__device__ __forceinline__ void mma_warps_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kMmaWarps * 32) : "memory");
+}
+
+struct Split {
+  int64_t total;  // stages of all slabs
+  int ksn;        // stages per slab
+  int grid;
+  __device__ int64_t start(int c) const { return int64_t{c} * total / grid; }
+  // The CTA whose run holds stage L.
+  __device__ int cta_of(int64_t L) const { return static_cast<int>(((L + 1) * grid - 1) / total); }
+  // Where CTA c keeps its partial of `slab`: 0 for its first slab, 1 for its last.
+  __device__ int slot(int c, int64_t slab) const { return slab == start(c) / ksn ? 0 : 1; }
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int S = p.stages;
+  unsigned char* wring = smem;
+  unsigned char* aring = smem + size_t(S) * kStageWBytes;
+  float* red = reinterpret_cast<float*>(aring + size_t(S) * kStageABytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(red + kRedFloats);
+  uint64_t* empty = full + S;
+  __shared__ unsigned s_last;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    // full: the producer's expect-tx arrival + the A warps' (every lane when they store with
+    // st.shared, lane 0 when they issue bulk copies); empty: one arrival per MMA warp.
+    const unsigned a_arrivals = p.gated ? kActWarps * 32 : kActWarps;
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full[s], 1 + a_arrivals);
+      mbar_init(&empty[s], kMmaWarps);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int ksn = (p.k + kStageK - 1) / kStageK;
+  const int slabs = (p.n + kRows - 1) / kRows;
+  const Split split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x)};
+  const int64_t L0 = split.start(blockIdx.x);
+  const int count = static_cast<int>(split.start(blockIdx.x + 1) - L0);
+  const T* ga = static_cast<const T*>(p.a);
+
+  if (warp == kProducerWarp) {
+    const uint64_t policy = l2_evict_first_policy();
+    const char* b = static_cast<const char*>(p.b);
+    for (int i = 0; i < count; ++i) {
+      const int s = i % S;
+      if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+      const int64_t L = L0 + i;
+      const int row0 = static_cast<int>(L / ksn) * kRows, k0 = static_cast<int>(L % ksn) * kStageK;
+      const int kc = min(kStageK, p.k - k0), rows = min(kRows, p.n - row0);
+      if (lane == 0) mbar_arrive_expect_tx(&full[s], uint32_t(rows) * kc * 2);
+      __syncwarp();
+      for (int r = lane; r < rows; r += 32)
+        bulk_copy_g2s_hint(wring + size_t(s) * kStageWBytes + r * kPitch,
+                           b + (int64_t{row0} + r) * p.ldb * 2 + int64_t{k0} * 2, kc * 2, &full[s],
+                           policy);
+    }
+    return;
+  }
+
+  if (warp > kProducerWarp) {
+    const int aw = warp - kProducerWarp - 1;
+    tile::wait_prior_grid();  // A is the previous kernel's output
+    if (!p.gated) {
+      if (lane != 0) return;
+      int tokens = 0;
+      for (int tok = aw; tok < p.m; tok += kActWarps) ++tokens;
+      for (int i = 0; i < count; ++i) {
+        const int s = i % S;
+        if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+        const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+        mbar_arrive_expect_tx(&full[s], uint32_t(tokens) * kc * 2);
+        for (int tok = aw; tok < p.m; tok += kActWarps)
+          bulk_copy_g2s(aring + size_t(s) * kStageABytes + tok * kPitch,
+                        ga + int64_t{tok} * p.lda + k0, kc * 2, &full[s]);
+      }
+      return;
+    }
+    // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in registers
+    // (L2: the previous kernel just wrote them), silu(g)·u rounded as tessel::swiglu rounds.
+    constexpr int kPieces = kTokens * (kStageK / 8) / (kActWarps * 32);
+    uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
+    auto piece = [&](int q, int& tok, int& kk) {
+      const int id = lane + 32 * aw + 32 * kActWarps * q;
+      tok = id / (kStageK / 8);
+      kk = (id % (kStageK / 8)) * 8;
+    };
+    auto load = [&](int i, uint4(&gv)[kPieces], uint4(&uv)[kPieces]) {
+      const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) {
+        int tok, kk;
+        piece(q, tok, kk);
+        gv[q] = uv[q] = make_uint4(0u, 0u, 0u, 0u);
+        if (tok < p.m && kk < kc) {
+          const T* src = ga + int64_t{tok} * p.lda + k0 + kk;
+          gv[q] = __ldcg(reinterpret_cast<const uint4*>(src));
+          uv[q] = __ldcg(reinterpret_cast<const uint4*>(src + p.k));
+        }
+      }
+    };
+    if (count > 0) load(0, gn, un);
+    for (int i = 0; i < count; ++i) {
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) gc[q] = gn[q], uc[q] = un[q];
+      if (i + 1 < count) load(i + 1, gn, un);
+      const int s = i % S;
+      if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+      const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) {
+        int tok, kk;
+        piece(q, tok, kk);
+        if (tok < p.m && kk < kc)
+          *reinterpret_cast<uint4*>(aring + size_t(s) * kStageABytes + tok * kPitch + kk * 2) =
+              swiglu8<T>(gc[q], uc[q]);
+      }
+      mbar_arrive(&full[s]);
+    }
+    return;
+  }
+
+  // ---- MMA warps -------------------------------------------------------------------------
+  tile::wait_prior_grid();  // before writing D / partials / tickets and reading C
+  tile::allow_next_grid();
+  const int rg = warp % 4, kh = warp / 4, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  int seg_ks0 = 0;  // first stage (k index) of the current slab segment
+  for (int i = 0; i < count; ++i) {
+    const int s = i % S;
+    const int64_t L = L0 + i;
+    const int64_t slab = L / ksn;
+    const int ks = static_cast<int>(L % ksn);
+    const int kc = min(kStageK, p.k - ks * kStageK);
+    if (i == 0 || ks == 0) seg_ks0 = ks;
+    mbar_wait(&full[s], (i / S) & 1);
+    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + (rg * 16 + g) * kPitch;
+    const unsigned char* arow = aring + size_t(s) * kStageABytes + g * kPitch;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int kk = kh * 128 + u * 32 + 8 * t;
+      uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
+      if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
+        w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
+        w1 = *reinterpret_cast<const uint4*>(wrow + 8 * kPitch + kk * 2);
+        if (g < p.m) x = *reinterpret_cast<const uint4*>(arow + kk * 2);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1),
+                    word(w1, 2 * h + 1), word(x, 2 * h), word(x, 2 * h + 1));
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (ks != ksn - 1 && i != count - 1) continue;
+
+    // End of this CTA's segment of `slab`: sum the two k halves, write or leave a partial.
+    {
+      float* r = red + kh * kTokens * kRows;
+      const int r0 = rg * 16 + g;
+      r[(2 * t) * kRows + r0] = acc[0];
+      r[(2 * t + 1) * kRows + r0] = acc[1];
+      r[(2 * t) * kRows + r0 + 8] = acc[2];
+      r[(2 * t + 1) * kRows + r0 + 8] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    }
+    mma_warps_sync();
+    const int row0 = static_cast<int>(slab) * kRows;
+    const bool whole = seg_ks0 == 0 && ks == ksn - 1;
+    const int slot = split.slot(blockIdx.x, slab);
+    for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
+      const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+      if (n >= p.n) continue;
+      const float v = red[tok * kRows + rl] + red[kTokens * kRows + tok * kRows + rl];
+      if (whole)
+        epilogue(p, tok, n, v);
+      else
+        p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kRows + rl] = v;
+    }
+    if (!whole) {
+      __threadfence();
+      mma_warps_sync();
+      const int c_first = split.cta_of(slab * ksn), c_last = split.cta_of(slab * ksn + ksn - 1);
+      if (tid == 0)
+        s_last = atomicAdd(&p.tickets[slab], 1u) == unsigned(c_last - c_first);
+      mma_warps_sync();
+      if (s_last) {
+        __threadfence();
+        for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
+          const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+          if (n >= p.n) continue;
+          float v = 0.f;
+          for (int c = c_first; c <= c_last; ++c)
+            v += __ldcg(&p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kRows +
+                                    rl]);
+          epilogue(p, tok, n, v);
+        }
+        if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
+      }
+    }
+    mma_warps_sync();  // red and s_last are reused by the next segment
+  }
+}
+
+template <class T>
+cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
+  auto kernel = small_m_ring_kernel<T>;
+  static std::mutex mu;
+  static std::vector<bool> done;  // opted in to the large shared memory, per device
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (static_cast<int>(done.size()) <= dev) done.resize(dev + 1, false);
+    if (!done[dev]) {
+      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem_bytes(kSmallMRingMaxStages)));
+          e != cudaSuccess)
+        return e;
+      done[dev] = true;
+    }
+  }
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages), stream, p);
+}
+
+}  // namespace
+
+int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
+
+int small_m_ring_grid(int n, int k, int sms) {
+  const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + kStageK - 1) / kStageK);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
+}
+
+size_t small_m_ring_partial_bytes(int m, int grid) {
+  return size_t(grid) * 2 * m * kRows * sizeof(float);
+}
+
+cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
+                                cudaStream_t stream) {
+  if (p.m < 1 || p.m > kSmallMRingMaxM || p.stages < 1 || p.stages > kSmallMRingMaxStages)
+    return cudaErrorInvalidValue;
+  return bf16 ? launch_t<__nv_bfloat16>(p, grid, stream) : launch_t<__half>(p, grid, stream);
+}
+
+}  // namespace tessel::detail
