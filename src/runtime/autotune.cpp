@@ -265,6 +265,15 @@ std::string current_gpu_name() {
 // ---- selection -----------------------------------------------------------------------------
 
 namespace {
+// TESSEL_AUTOTUNE_LOG=1: every candidate's time on stderr as it is measured.
+bool log_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSEL_AUTOTUNE_LOG");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
 std::mutex& tuning_mutex() {
   static std::mutex mu;
   return mu;
@@ -291,6 +300,8 @@ int select(Cache& cache, const std::string& key, const std::vector<int>& candida
       ms = -1.0;
     }
     if (c == fallback) fallback_ms = ms;
+    if (log_candidates())
+      std::fprintf(stderr, "[tessel autotune] %s config %d: %.4f ms\n", key.c_str(), c, ms);
     if (ms >= 0.0 && ms < best_ms) {
       best_ms = ms;
       best = c;

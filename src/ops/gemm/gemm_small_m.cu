@@ -533,9 +533,8 @@ bool ring_tunable() {
 bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
                  const void* cptr, float alpha, float beta, int stages, cudaStream_t stream) {
   const int grid = small_m_ring_grid(pr.n, pr.k, current_sm_count());
-  const WorkspaceView ws =
-      workspace(stream, size_t(small_m_ring_slabs(pr.n)),
-                small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
+  const WorkspaceView ws = workspace(stream, size_t(small_m_ring_slabs(pr.n)),
+                                     small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
   if (ws.tickets == nullptr) return false;
   SmallMRingParams p{};
   p.a = a;

@@ -39,13 +39,13 @@ namespace {
 
 using namespace small_m;
 
-constexpr int kRows = 64;                        // weight rows per stage: 4 groups of 16
-constexpr int kStageK = 256;                     // k per stage: 2 halves × 4 chunks of 32
-constexpr int kPitch = kStageK * 2 + 64;         // staged row bytes, ≡ 64 mod 128 (see below)
-constexpr int kTokens = kSmallMRingMaxM;         // the MMA's n: 8 tokens
+constexpr int kRows = 64;                 // weight rows per stage: 4 groups of 16
+constexpr int kStageK = 256;              // k per stage: 2 halves × 4 chunks of 32
+constexpr int kPitch = kStageK * 2 + 64;  // staged row bytes, ≡ 64 mod 128 (see below)
+constexpr int kTokens = kSmallMRingMaxM;  // the MMA's n: 8 tokens
 constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
-constexpr int kProducerWarp = kMmaWarps;         // warp 8
+constexpr int kProducerWarp = kMmaWarps;  // warp 8
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
 constexpr int kStageWBytes = kRows * kPitch;     // 36 KB (32 KB of weight)
 constexpr int kStageABytes = kTokens * kPitch;   // 4.5 KB
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1),
-                    word(w1, 2 * h + 1), word(x, 2 * h), word(x, 2 * h + 1));
+        Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1), word(w1, 2 * h + 1),
+                    word(x, 2 * h), word(x, 2 * h + 1));
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);
@@ -249,8 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
       __threadfence();
       mma_warps_sync();
       const int c_first = split.cta_of(slab * ksn), c_last = split.cta_of(slab * ksn + ksn - 1);
-      if (tid == 0)
-        s_last = atomicAdd(&p.tickets[slab], 1u) == unsigned(c_last - c_first);
+      if (tid == 0) s_last = atomicAdd(&p.tickets[slab], 1u) == unsigned(c_last - c_first);
       mma_warps_sync();
       if (s_last) {
         __threadfence();
@@ -259,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
           if (n >= p.n) continue;
           float v = 0.f;
           for (int c = c_first; c <= c_last; ++c)
-            v += __ldcg(&p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kRows +
-                                    rl]);
+            v += __ldcg(
+                &p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kRows + rl]);
           epilogue(p, tok, n, v);
         }
         if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch

@@ -22,9 +22,9 @@ struct SmallMRingParams {
   int64_t ldc;
   float alpha, beta;
   int m, n, k;
-  int out;     // 0 f32, 1 f16, 2 bf16
-  int gated;   // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
-  int stages;  // ring depth, 1 <= stages <= kSmallMRingMaxStages
+  int out;            // 0 f32, 1 f16, 2 bf16
+  int gated;          // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
+  int stages;         // ring depth, 1 <= stages <= kSmallMRingMaxStages
   float* partials;    // [grid][2][m][64]: the CTAs' partial column slabs
   unsigned* tickets;  // [small_m_ring_slabs(n)], zero between launches
 };
