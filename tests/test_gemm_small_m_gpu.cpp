@@ -286,8 +286,8 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
     DType dt;
   };
   for (const S& c :
-       {S{1, 2048, 8192, DType::bf16}, S{7, 136, 520, DType::bf16}, S{16, 4104, 1024, DType::f16},
-        S{32, 264, 4096, DType::bf16}, S{3, 8, 8, DType::bf16}}) {
+       {S{1, 2048, 8192, DType::bf16}, S{2, 4104, 14336, DType::f16}, S{7, 136, 520, DType::bf16},
+        S{16, 4104, 1024, DType::f16}, S{32, 264, 4096, DType::bf16}, S{3, 8, 8, DType::bf16}}) {
     SCOPED_TRACE("M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
                  " K=" + std::to_string(c.k) + " " + dtype_name(c.dt));
     // gate_up: (M, 2K) [gate | up] with a padded row pitch, gate values wide enough to cover
@@ -311,8 +311,12 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
       SCOPED_TRACE("config " + std::to_string(cfg));
       ASSERT_TRUE(
           detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
-      ASSERT_TRUE(
-          detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg));
+      if (!detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg)) {
+        // Refused only where the ring kernel would run the plain problem but its SwiGLU
+        // prologue cannot (3 <= M <= 8).
+        EXPECT_TRUE(cfg >= detail::gemm_small_m_num_configs() - 3 && c.m > 2 && c.m <= 8);
+        continue;
+      }
       sync();
       EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
     }
@@ -321,8 +325,12 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
       SCOPED_TRACE("ring config " + std::to_string(cfg));
       ASSERT_TRUE(
           detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
-      ASSERT_TRUE(
-          detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg));
+      if (!detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg)) {
+        // Refused only where the ring kernel would run the plain problem but its SwiGLU
+        // prologue cannot (3 <= M <= 8).
+        EXPECT_TRUE(cfg >= detail::gemm_small_m_num_configs() - 3 && c.m > 2 && c.m <= 8);
+        continue;
+      }
       sync();
       EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
     }

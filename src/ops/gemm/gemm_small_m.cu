@@ -518,7 +518,9 @@ cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stre
 
 // Launches with config `cfg` into d_ptr/ldd (beta·C as given). Falls back to one split when
 // the split-K workspace cannot be allocated (graph capture).
-bool ring_applies(const Problem& pr) { return !pr.kn && pr.m <= kSmallMRingMaxM; }
+bool ring_applies(const Problem& pr) {
+  return !pr.kn && pr.m <= (pr.gated ? kSmallMRingMaxGatedM : kSmallMRingMaxM);
+}
 
 // TESSEL_GEMM_SMALL_M_RING=0 keeps the ring kernel out of the autotuner's candidates (A/B).
 bool ring_tunable() {
@@ -552,7 +554,7 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   p.k = pr.k;
   p.out = pr.out;
   p.gated = pr.gated ? 1 : 0;
-  p.stages = stages;
+  p.stages = std::min(stages, small_m_ring_max_stages(pr.m));
   p.partials = ws.partials;
   p.tickets = ws.tickets;
   TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, pr.bf16, stream));
@@ -778,9 +780,13 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   a.shape[1] = k;
   Problem pr = describe(a, b, d, opt);
   if (!pr.ok) return false;
-  pr.gated = true;
   // The config of the plain problem of the same shape (the prologue adds L2 reads of A only).
   if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
+  // The ring kernel's SwiGLU prologue holds 2 tokens: where the plain problem runs the ring and
+  // this one cannot, refuse (swiglu + gemm then give the plain problem's bits).
+  const bool plain_ring = is_ring_config(config) && ring_applies(pr);
+  pr.gated = true;
+  if (plain_ring && !ring_applies(pr)) return false;
   launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;

@@ -7,17 +7,19 @@
 // TMA moves the weight into a ring of `stages` × 32 KB per SM without registers or load
 // instructions, and warps specialize:
 //
-//   warp 8 (producer)     per stage: 64 weight rows × 256 k, one 512-byte bulk copy per row
-//                         (rows padded to 576 bytes so the consumers' reads are conflict-free),
+//   warp 8 (producer)     per stage: 16 weight rows × 1024 k, one 2 KB bulk copy per row
+//                         (rows padded to 2112 bytes so the consumers' reads are conflict-free),
 //                         L2 evict-first; never waits for the previous kernel (weights are not
-//                         its output), so the ring fills during its tail.
-//   warps 9, 10 (A)       per stage: the activations' 8 × 256 slice — bulk copies, or for the
-//                         SwiGLU down projection silu(gate) · up computed into the ring.
-//   warps 0-7 (MMA)       warp w: rows 16·(w % 4) … +16 × k half w / 4 of each stage, mma.sync
+//                         its output), so the ring fills during its tail. (Copies of 512 bytes
+//                         — 64 rows × 256 k — ran at 1.57 TB/s on the H200 with 3, 4 or 5
+//                         stages alike: the TMA's cost is per copy, not per byte.)
+//   warps 9, 10 (A)       per stage: the activations' m × 1024 slice — bulk copies, or for the
+//                         SwiGLU down projection (m <= 2) silu(gate) · up computed into the ring.
+//   warps 0-7 (MMA)       warp w: the 16 rows × k range 128·w … +128 of each stage, mma.sync
 //                         m16n8k16 with the operand roles of gemm_small_m.cu (weight = A
 //                         operand, tokens = B operand) and its k permutation.
 //
-// Work split: the stages of all column slabs (64 rows × all of K) in slab-major order are cut
+// Work split: the stages of all column slabs (16 rows × all of K) in slab-major order are cut
 // into `grid` contiguous, equal runs, one per CTA (persistent, no tail wave). A slab that one
 // CTA covers is written directly; a slab cut between CTAs leaves fp32 partials and the last CTA
 // to finish it (atomic ticket) sums them in CTA order, so results are deterministic.
@@ -39,23 +41,24 @@ namespace {
 
 using namespace small_m;
 
-constexpr int kRows = 64;                 // weight rows per stage: 4 groups of 16
-constexpr int kStageK = 256;              // k per stage: 2 halves × 4 chunks of 32
+constexpr int kRows = 16;                 // weight rows per stage: one MMA tile
+constexpr int kStageK = 1024;             // k per stage: 8 warps × 4 chunks of 32
 constexpr int kPitch = kStageK * 2 + 64;  // staged row bytes, ≡ 64 mod 128 (see below)
 constexpr int kTokens = kSmallMRingMaxM;  // the MMA's n: 8 tokens
 constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
 constexpr int kProducerWarp = kMmaWarps;  // warp 8
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
-constexpr int kStageWBytes = kRows * kPitch;     // 36 KB (32 KB of weight)
-constexpr int kStageABytes = kTokens * kPitch;   // 4.5 KB
-constexpr int kRedFloats = 2 * kTokens * kRows;  // the two k halves' sums of a slab
-// A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 576-byte pitch puts
+constexpr int kStageWBytes = kRows * kPitch;             // 33 KB (32 KB of weight)
+constexpr int kRedFloats = kMmaWarps * kTokens * kRows;  // the warps' k-range sums of a slab
+constexpr size_t kMaxSmem = 227 * 1024;
+// A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 2112-byte pitch puts
 // them on disjoint banks.
 static_assert(kPitch % 128 == 64, "row pitch must be 64 mod 128 bytes");
 
-size_t smem_bytes(int stages) {
-  return size_t(stages) * (kStageWBytes + kStageABytes) + kRedFloats * sizeof(float) +
+// A stage's activation slice: m rows of kPitch bytes.
+size_t smem_bytes(int stages, int m) {
+  return size_t(stages) * (kStageWBytes + size_t(m) * kPitch) + kRedFloats * sizeof(float) +
          2 * size_t(stages) * sizeof(uint64_t);
 }
 
@@ -79,9 +82,10 @@ template <class T>
 __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int S = p.stages;
+  const int stage_a_bytes = p.m * kPitch;
   unsigned char* wring = smem;
   unsigned char* aring = smem + size_t(S) * kStageWBytes;
-  float* red = reinterpret_cast<float*>(aring + size_t(S) * kStageABytes);
+  float* red = reinterpret_cast<float*>(aring + size_t(S) * stage_a_bytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(red + kRedFloats);
   uint64_t* empty = full + S;
   __shared__ unsigned s_last;
@@ -138,14 +142,14 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
         const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
         mbar_arrive_expect_tx(&full[s], uint32_t(tokens) * kc * 2);
         for (int tok = aw; tok < p.m; tok += kActWarps)
-          bulk_copy_g2s(aring + size_t(s) * kStageABytes + tok * kPitch,
+          bulk_copy_g2s(aring + size_t(s) * stage_a_bytes + tok * kPitch,
                         ga + int64_t{tok} * p.lda + k0, kc * 2, &full[s]);
       }
       return;
     }
     // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in registers
     // (L2: the previous kernel just wrote them), silu(g)·u rounded as tessel::swiglu rounds.
-    constexpr int kPieces = kTokens * (kStageK / 8) / (kActWarps * 32);
+    constexpr int kPieces = kSmallMRingMaxGatedM * (kStageK / 8) / (kActWarps * 32);
     uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
     auto piece = [&](int q, int& tok, int& kk) {
       const int id = lane + 32 * aw + 32 * kActWarps * q;
@@ -179,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
         int tok, kk;
         piece(q, tok, kk);
         if (tok < p.m && kk < kc)
-          *reinterpret_cast<uint4*>(aring + size_t(s) * kStageABytes + tok * kPitch + kk * 2) =
+          *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch + kk * 2) =
               swiglu8<T>(gc[q], uc[q]);
       }
       mbar_arrive(&full[s]);
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   // ---- MMA warps -------------------------------------------------------------------------
   tile::wait_prior_grid();  // before writing D / partials / tickets and reading C
   tile::allow_next_grid();
-  const int rg = warp % 4, kh = warp / 4, g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2, t = lane & 3;
   const int tid = threadIdx.x;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   int seg_ks0 = 0;  // first stage (k index) of the current slab segment
@@ -202,11 +206,11 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     const int kc = min(kStageK, p.k - ks * kStageK);
     if (i == 0 || ks == 0) seg_ks0 = ks;
     mbar_wait(&full[s], (i / S) & 1);
-    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + (rg * 16 + g) * kPitch;
-    const unsigned char* arow = aring + size_t(s) * kStageABytes + g * kPitch;
+    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + g * kPitch;
+    const unsigned char* arow = aring + size_t(s) * stage_a_bytes + g * kPitch;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int kk = kh * 128 + u * 32 + 8 * t;
+      const int kk = warp * 128 + u * 32 + 8 * t;
       uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
       if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
         w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
@@ -222,14 +226,14 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     if (lane == 0) mbar_arrive(&empty[s]);
     if (ks != ksn - 1 && i != count - 1) continue;
 
-    // End of this CTA's segment of `slab`: sum the two k halves, write or leave a partial.
+    // End of this CTA's segment of `slab`: sum the warps' k ranges in warp order, write or
+    // leave a partial.
     {
-      float* r = red + kh * kTokens * kRows;
-      const int r0 = rg * 16 + g;
-      r[(2 * t) * kRows + r0] = acc[0];
-      r[(2 * t + 1) * kRows + r0] = acc[1];
-      r[(2 * t) * kRows + r0 + 8] = acc[2];
-      r[(2 * t + 1) * kRows + r0 + 8] = acc[3];
+      float* r = red + warp * kTokens * kRows;
+      r[(2 * t) * kRows + g] = acc[0];
+      r[(2 * t + 1) * kRows + g] = acc[1];
+      r[(2 * t) * kRows + g + 8] = acc[2];
+      r[(2 * t + 1) * kRows + g + 8] = acc[3];
       acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
     }
     mma_warps_sync();
@@ -239,7 +243,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
       const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
       if (n >= p.n) continue;
-      const float v = red[tok * kRows + rl] + red[kTokens * kRows + tok * kRows + rl];
+      float v = 0.f;
+      for (int w = 0; w < kMmaWarps; ++w) v += red[(w * kTokens + tok) * kRows + rl];
       if (whole)
         epilogue(p, tok, n, v);
       else
@@ -281,13 +286,13 @@ cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
     if (static_cast<int>(done.size()) <= dev) done.resize(dev + 1, false);
     if (!done[dev]) {
       if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem_bytes(kSmallMRingMaxStages)));
+                                               static_cast<int>(kMaxSmem));
           e != cudaSuccess)
         return e;
       done[dev] = true;
     }
   }
-  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages), stream, p);
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m), stream, p);
 }
 
 }  // namespace
@@ -299,13 +304,20 @@ int small_m_ring_grid(int n, int k, int sms) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }
 
+int small_m_ring_max_stages(int m) {
+  int s = 1;
+  while (smem_bytes(s + 1, m) <= kMaxSmem) ++s;
+  return s;
+}
+
 size_t small_m_ring_partial_bytes(int m, int grid) {
   return size_t(grid) * 2 * m * kRows * sizeof(float);
 }
 
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
-  if (p.m < 1 || p.m > kSmallMRingMaxM || p.stages < 1 || p.stages > kSmallMRingMaxStages)
+  if (p.m < 1 || p.m > kSmallMRingMaxM || (p.gated && p.m > kSmallMRingMaxGatedM) || p.stages < 1 ||
+      smem_bytes(p.stages, p.m) > kMaxSmem)
     return cudaErrorInvalidValue;
   return bf16 ? launch_t<__nv_bfloat16>(p, grid, stream) : launch_t<__half>(p, grid, stream);
 }
