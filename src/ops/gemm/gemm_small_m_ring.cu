@@ -7,15 +7,17 @@
 // TMA moves the weight into a ring of `stages` × 32 KB per SM without registers or load
 // instructions, and warps specialize:
 //
-//   warp 8 (producer)     per stage: 16 weight rows × 1024 k, one 2 KB bulk copy per row
-//                         (rows padded to 2112 bytes so the consumers' reads are conflict-free),
+//   warp 8 (producer)     per stage: 16 weight rows × 1024 or 2048 k, one 2 or 4 KB bulk copy
+//                         per row (rows padded by 64 bytes so the consumers' reads are
+//                         conflict-free),
 //                         L2 evict-first; never waits for the previous kernel (weights are not
 //                         its output), so the ring fills during its tail. (Copies of 512 bytes
 //                         — 64 rows × 256 k — ran at 1.57 TB/s on the H200 with 3, 4 or 5
-//                         stages alike: the TMA's cost is per copy, not per byte.)
-//   warps 9, 10 (A)       per stage: the activations' m × 1024 slice — bulk copies, or for the
-//                         SwiGLU down projection (m <= 2) silu(gate) · up computed into the ring.
-//   warps 0-7 (MMA)       warp w: the 16 rows × k range 128·w … +128 of each stage, mma.sync
+// stages alike, 2 KB copies at ~3.7: the TMA's cost is per copy more than per byte.)
+//   warps 9, 10 (A)       per stage: the activations' m × stage-k slice — bulk copies, or for
+//                         the SwiGLU down projection (m <= 2 or 1) silu(gate) · up computed
+//                         into the ring.
+//   warps 0-7 (MMA)       warp w: the 16 rows × the w-th eighth of each stage's k, mma.sync
 //                         m16n8k16 with the operand roles of gemm_small_m.cu (weight = A
 //                         operand, tokens = B operand) and its k permutation.
 //
@@ -41,26 +43,29 @@ namespace {
 
 using namespace small_m;
 
-constexpr int kRows = 16;                 // weight rows per stage: one MMA tile
-constexpr int kStageK = 1024;             // k per stage: 8 warps × 4 chunks of 32
-constexpr int kPitch = kStageK * 2 + 64;  // staged row bytes, ≡ 64 mod 128 (see below)
+constexpr int kRows = 16;  // weight rows per stage: one MMA tile
+
 constexpr int kTokens = kSmallMRingMaxM;  // the MMA's n: 8 tokens
 constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
 constexpr int kProducerWarp = kMmaWarps;  // warp 8
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
-constexpr int kStageWBytes = kRows * kPitch;             // 33 KB (32 KB of weight)
 constexpr int kRedFloats = kMmaWarps * kTokens * kRows;  // the warps' k-range sums of a slab
 constexpr size_t kMaxSmem = 226 * 1024;                  // the opt-in 227 KB less the static s_last
 // A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 2112-byte pitch puts
 // them on disjoint banks.
-static_assert(kPitch % 128 == 64, "row pitch must be 64 mod 128 bytes");
+// A stage of k extent stage_k: 16 weight rows and m activation rows of this many bytes.
+constexpr int pitch_of(int stage_k) { return stage_k * 2 + 64; }
+static_assert(pitch_of(1024) % 128 == 64 && pitch_of(2048) % 128 == 64, "pitch: 64 mod 128");
 
-// A stage's activation slice: m rows of kPitch bytes.
-size_t smem_bytes(int stages, int m) {
-  return size_t(stages) * (kStageWBytes + size_t(m) * kPitch) + kRedFloats * sizeof(float) +
+size_t smem_bytes(int stages, int m, int stage_k) {
+  return size_t(stages) * (kRows + m) * pitch_of(stage_k) + kRedFloats * sizeof(float) +
          2 * size_t(stages) * sizeof(uint64_t);
 }
+
+// The SwiGLU prologue's registers: 4 pieces of 8 k per A-warp lane and stage.
+constexpr int kGatedPieces = 4;
+constexpr int max_gated_m(int stage_k) { return kActWarps * 32 * kGatedPieces * 8 / stage_k; }
 
 // The MMA warps' own barrier (named barrier 1; 0 is __syncthreads).
 __device__ __forceinline__ void mma_warps_sync() {
@@ -78,8 +83,11 @@ struct Split {
   __device__ int slot(int c, int64_t slab) const { return slab == start(c) / ksn ? 0 : 1; }
 };
 
-template <class T>
+template <class T, int kStageK>
 __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
+  constexpr int kPitch = pitch_of(kStageK);
+  constexpr int kStageWBytes = kRows * kPitch;
+  constexpr int kWarpK = kStageK / kMmaWarps;  // each MMA warp's k range in a stage
   extern __shared__ __align__(128) unsigned char smem[];
   const int S = p.stages;
   const int stage_a_bytes = p.m * kPitch;
@@ -149,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     }
     // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in registers
     // (L2: the previous kernel just wrote them), silu(g)·u rounded as tessel::swiglu rounds.
-    constexpr int kPieces = kSmallMRingMaxGatedM * (kStageK / 8) / (kActWarps * 32);
+    constexpr int kPieces = kGatedPieces;
     uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
     auto piece = [&](int q, int& tok, int& kk) {
       const int id = lane + 32 * aw + 32 * kActWarps * q;
@@ -209,8 +217,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     const unsigned char* wrow = wring + size_t(s) * kStageWBytes + g * kPitch;
     const unsigned char* arow = aring + size_t(s) * stage_a_bytes + g * kPitch;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int kk = warp * 128 + u * 32 + 8 * t;
+    for (int u = 0; u < kWarpK / 32; ++u) {
+      const int kk = warp * kWarpK + u * 32 + 8 * t;
       uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
       if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
         w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
@@ -274,9 +282,9 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   }
 }
 
-template <class T>
+template <class T, int kStageK>
 cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
-  auto kernel = small_m_ring_kernel<T>;
+  auto kernel = small_m_ring_kernel<T, kStageK>;
   static std::mutex mu;
   static std::vector<bool> done;  // opted in to the large shared memory, per device
   int dev = 0;
@@ -292,23 +300,26 @@ cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
       done[dev] = true;
     }
   }
-  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m), stream, p);
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m, kStageK),
+                          stream, p);
 }
 
 }  // namespace
 
 int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
 
-int small_m_ring_grid(int n, int k, int sms) {
-  const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + kStageK - 1) / kStageK);
+int small_m_ring_grid(int n, int k, int stage_k, int sms) {
+  const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + stage_k - 1) / stage_k);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }
 
-int small_m_ring_max_stages(int m) {
+int small_m_ring_max_stages(int m, int stage_k) {
   int s = 1;
-  while (smem_bytes(s + 1, m) <= kMaxSmem) ++s;
+  while (smem_bytes(s + 1, m, stage_k) <= kMaxSmem) ++s;
   return s;
 }
+
+int small_m_ring_max_gated_m(int stage_k) { return max_gated_m(stage_k); }
 
 size_t small_m_ring_partial_bytes(int m, int grid) {
   return size_t(grid) * 2 * m * kRows * sizeof(float);
@@ -316,10 +327,15 @@ size_t small_m_ring_partial_bytes(int m, int grid) {
 
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
-  if (p.m < 1 || p.m > kSmallMRingMaxM || (p.gated && p.m > kSmallMRingMaxGatedM) || p.stages < 1 ||
-      smem_bytes(p.stages, p.m) > kMaxSmem)
+  if ((p.stage_k != 1024 && p.stage_k != 2048) || p.m < 1 || p.m > kSmallMRingMaxM ||
+      (p.gated && p.m > max_gated_m(p.stage_k)) || p.stages < 1 ||
+      smem_bytes(p.stages, p.m, p.stage_k) > kMaxSmem)
     return cudaErrorInvalidValue;
-  return bf16 ? launch_t<__nv_bfloat16>(p, grid, stream) : launch_t<__half>(p, grid, stream);
+  if (p.stage_k == 1024)
+    return bf16 ? launch_t<__nv_bfloat16, 1024>(p, grid, stream)
+                : launch_t<__half, 1024>(p, grid, stream);
+  return bf16 ? launch_t<__nv_bfloat16, 2048>(p, grid, stream)
+              : launch_t<__half, 2048>(p, grid, stream);
 }
 
 }  // namespace tessel::detail

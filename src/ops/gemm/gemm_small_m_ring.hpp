@@ -24,20 +24,21 @@ struct SmallMRingParams {
   int m, n, k;
   int out;            // 0 f32, 1 f16, 2 bf16
   int gated;          // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
-  int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m)
+  int stage_k;        // k per stage: 1024 or 2048
+  int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k)
   float* partials;    // [grid][2][m][16]: the CTAs' partial column slabs
   unsigned* tickets;  // [small_m_ring_slabs(n)], zero between launches
 };
 
 constexpr int kSmallMRingMaxM = 8;
-constexpr int kSmallMRingMaxGatedM = 2;  // the SwiGLU prologue's registers hold 2 tokens
-
 // Column slabs (16 weight rows: the unit whose partial sums are combined across CTAs).
 int small_m_ring_slabs(int n);
 // The deepest ring that fits in shared memory for m tokens.
-int small_m_ring_max_stages(int m);
+int small_m_ring_max_stages(int m, int stage_k);
+// The most tokens the SwiGLU-fused (gated) variant takes.
+int small_m_ring_max_gated_m(int stage_k);
 // The grid (CTAs) for an (n, k) problem on `sms` SMs.
-int small_m_ring_grid(int n, int k, int sms);
+int small_m_ring_grid(int n, int k, int stage_k, int sms);
 size_t small_m_ring_partial_bytes(int m, int grid);
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream);
