@@ -11,7 +11,7 @@
 // K == 0, anything it cannot prove it supports); the caller then uses the general kernel.
 //
 // Config (rows/columns per block, warps along K, split-K count; or, for B (N,K) and M <= 8,
-// the bulk-copy ring kernel of gemm_small_m_ring.cu and its depth) comes from the autotuner
+// the TMA ring kernel of gemm_small_m_ring.cu and its depth) comes from the autotuner
 // (src/runtime/autotune.hpp, family "gemm_small_m"); split-K partials are reduced
 // deterministically (fixed split / CTA order) by the last block of each column slab.
 #pragma once
