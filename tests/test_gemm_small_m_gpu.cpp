@@ -311,8 +311,12 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
       SCOPED_TRACE("config " + std::to_string(cfg));
       ASSERT_TRUE(
           detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
-      ASSERT_TRUE(
-          detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg));
+      if (!detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg)) {
+        // Refused only where the ring kernel would run the plain problem but its SwiGLU
+        // prologue cannot (M <= 8 but above 2, or above 1 with 2048-k stages).
+        EXPECT_TRUE(cfg >= detail::gemm_small_m_num_configs() - 3 && c.m > 1 && c.m <= 8);
+        continue;
+      }
       sync();
       EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
     }
@@ -321,8 +325,12 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
       SCOPED_TRACE("ring config " + std::to_string(cfg));
       ASSERT_TRUE(
           detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
-      ASSERT_TRUE(
-          detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg));
+      if (!detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg)) {
+        // Refused only where the ring kernel would run the plain problem but its SwiGLU
+        // prologue cannot (M <= 8 but above 2, or above 1 with 2048-k stages).
+        EXPECT_TRUE(cfg >= detail::gemm_small_m_num_configs() - 3 && c.m > 1 && c.m <= 8);
+        continue;
+      }
       sync();
       EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
     }

@@ -339,14 +339,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
 constexpr int kSplitChoices[] = {1, 2, 3, 4, 6, 8, 12, 16};
 constexpr int kNumSplitChoices = 8;
 constexpr int kNumLdgConfigs = 4 * kNumSplitChoices;  // wn ∈ {1, 2, 4, 8} × splits
-// Then the TMA ring kernel (gemm_small_m_ring.cu) with 4, 8, 12 stages (fewer leave room for
-// the next kernel's CTAs under a dependent launch): B (N,K) and M <= 8 only; for other
-// problems these ids run the default register-streaming config.
-constexpr int kRingStages[] = {4, 8, 12};
+// Then the bulk-copy ring kernel (gemm_small_m_ring.cu), {k per stage, stages}: B (N,K) and
+// M <= 8 only; for other problems these ids run the default register-streaming config. The
+// ring depth barely matters alone (H200: 3, 4, 5 stages within 2 %); 2 stages leave shared
+// memory for the neighbouring kernels' CTAs under a dependent launch.
+constexpr int kRingShapes[][2] = {{1024, 2}, {1024, 4}, {2048, 2}};
 constexpr int kNumRingConfigs = 3;
 constexpr int kNumConfigs = kNumLdgConfigs + kNumRingConfigs;
 bool is_ring_config(int id) { return id >= kNumLdgConfigs; }
-int ring_stages(int id) { return kRingStages[id - kNumLdgConfigs]; }
+int ring_stage_k(int id) { return kRingShapes[id - kNumLdgConfigs][0]; }
+int ring_stages(int id) { return kRingShapes[id - kNumLdgConfigs][1]; }
 
 struct Config {
   int wn, splits;
@@ -519,7 +521,10 @@ cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stre
 
 // Launches with config `cfg` into d_ptr/ldd (beta·C as given). Falls back to one split when
 // the split-K workspace cannot be allocated (graph capture).
-bool ring_applies(const Problem& pr) { return !pr.kn && pr.m <= kSmallMRingMaxM; }
+bool ring_applies(const Problem& pr, int cfg_id) {
+  return !pr.kn &&
+         pr.m <= (pr.gated ? small_m_ring_max_gated_m(ring_stage_k(cfg_id)) : kSmallMRingMaxM);
+}
 
 // TESSEL_GEMM_SMALL_M_RING=0 keeps the ring kernel out of the autotuner's candidates (A/B).
 bool ring_tunable() {
@@ -533,11 +538,12 @@ bool ring_tunable() {
 // The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
 bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
                  const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
-  const int grid = small_m_ring_grid(pr.n, pr.k, current_sm_count());
+  const int stage_k = ring_stage_k(cfg_id);
+  const int grid = small_m_ring_grid(pr.n, pr.k, stage_k, current_sm_count());
   const WorkspaceView ws = workspace(stream, size_t(small_m_ring_slabs(pr.n)),
                                      small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
   if (ws.tickets == nullptr) return false;
-  SmallMRingProblem p{};
+  SmallMRingParams p{};
   p.a = a;
   p.lda = pr.lda;
   p.b = b;
@@ -553,18 +559,19 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   p.k = pr.k;
   p.out = pr.out;
   p.gated = pr.gated ? 1 : 0;
-  p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.gated));
-  p.bf16 = pr.bf16;
+  p.stage_k = stage_k;
+  p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.m, stage_k));
   p.partials = ws.partials;
   p.tickets = ws.tickets;
-  TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, stream));
+  TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, pr.bf16, stream));
   return true;
 }
 
 void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
             const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
   if (is_ring_config(cfg_id)) {
-    if (ring_applies(pr) && launch_ring(pr, a, b, dptr, ldd, cptr, alpha, beta, cfg_id, stream))
+    if (ring_applies(pr, cfg_id) &&
+        launch_ring(pr, a, b, dptr, ldd, cptr, alpha, beta, cfg_id, stream))
       return;
     cfg_id = default_config(pr.kn, pr.n, current_sm_count());
   }
@@ -655,7 +662,7 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
   }
   std::vector<int> candidates;
   for (int i = 0; i < kNumConfigs; ++i)
-    if (!is_ring_config(i) || (ring_applies(pr) && ring_tunable())) candidates.push_back(i);
+    if (!is_ring_config(i) || (ring_applies(pr, i) && ring_tunable())) candidates.push_back(i);
   const std::string key =
       autotune::make_key("gemm_small_m", autotune::current_gpu_name(), dtype_key(a, d),
                          pr.kn ? "kn" : "nk", pr.m, pr.n, pr.k);
@@ -741,8 +748,9 @@ int gemm_small_m_num_configs() { return kNumConfigs; }
 std::string gemm_small_m_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "config " + std::to_string(config) + " (invalid)";
   if (is_ring_config(config))
-    return "config " + std::to_string(config) + " (" + "TMA ring, " +
-           std::to_string(ring_stages(config)) + " stages)";
+    return "config " + std::to_string(config) + " (bulk-copy ring, " +
+           std::to_string(ring_stage_k(config)) + " k x " + std::to_string(ring_stages(config)) +
+           " stages)";
   const Config c = config_of(config);
   return "config " + std::to_string(config) + " (warps N x K = " + std::to_string(c.wn) + " x " +
          std::to_string(kWarps / c.wn) + ", splits >= " + std::to_string(c.splits) + ")";
@@ -781,7 +789,11 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   if (!pr.ok) return false;
   // The config of the plain problem of the same shape (the prologue adds L2 reads of A only).
   if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
+  // The ring kernel's SwiGLU prologue holds 2 tokens: where the plain problem runs the ring and
+  // this one cannot, refuse (swiglu + gemm then give the plain problem's bits).
+  const bool plain_ring = is_ring_config(config) && ring_applies(pr, config);
   pr.gated = true;
+  if (plain_ring && !ring_applies(pr, config)) return false;
   launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;

@@ -1,24 +1,29 @@
-// Small-M GEMM, TMA ring kernel (see gemm_small_m_ring.hpp): D = alpha · A · Bᵀ + beta · C for
-// B (N,K) and M <= 8, the decode GEMV of an LLM.
+// Small-M GEMM, bulk-copy ring kernel (see gemm_small_m_ring.hpp): D = alpha · A · Bᵀ + beta · C
+// for B (N,K) and M <= 8, the decode GEMV of an LLM.
 //
 // Why: the register-streaming kernel (gemm_small_m.cu) keeps its weight bytes in flight in
-// registers; on the H200 (4.8 TB/s over the same 132 SMs as the H100's 3.35) it streamed the
-// 8B gate|up weight at 0.83 of copy while cuBLAS (nvjet_sm90_tst_128x8_64x12: 128 x 64 tensor
-// boxes, 12 stages, one CTA per SM) reached 87 % of the DRAM peak. Bulk (1-D) copies were
-// tried first: 512-byte row pieces ran at 1.57 TB/s, 2 and 4 KB pieces at ~3.6 TB/s whatever
-// the ring depth. Here each stage is one 128-row x 64-k tensor box (16 KB, 128-byte swizzle,
-// ragged N and K zero-filled by the copy engine), and warps specialize:
+// registers, 64 KB per SM at most; the H200 needs more per SM than the H100 (4.8 vs 3.35 TB/s
+// over the same 132 SMs) and that kernel fell to 0.83 of copy there (cuBLAS 0.96). Here the
+// TMA moves the weight into a ring of `stages` × 32 KB per SM without registers or load
+// instructions, and warps specialize:
 //
-//   warp 8 (producer)   one lane: the weight box of each stage (L2 evict-first) and the
-//                       activations' 8 x 64 box (or, for the SwiGLU down projection, the gate
-//                       and up boxes). Weight boxes of the first `stages` stages go out before
-//                       waiting for the previous kernel (weights are not its output).
-//   warps 9, 10         SwiGLU only: silu(gate) · up of each stage into the activation box,
-//                       rounded as tessel::swiglu rounds.
-//   warps 0-7 (MMA)     warp w: rows 16w … 16w+15 of each box, mma.sync m16n8k16 (weight = A
-//                       operand through ldmatrix, tokens = B operand), fp32 accumulators.
+//   warp 8 (producer)     per stage: 16 weight rows × 1024 or 2048 k, one 2 or 4 KB bulk copy
+//                         per row (rows padded by 64 bytes so the consumers' reads are
+//                         conflict-free),
+//                         L2 evict-first; never waits for the previous kernel (weights are not
+//                         its output), so the ring fills during its tail. (Copies of 512 bytes
+//                         — 64 rows × 256 k — ran at 1.57 TB/s on the H200 with 3, 4 or 5
+// stages alike, 2 and 4 KB copies at ~3.6: the TMA's cost is per copy more than per
+//                         byte. Tensor boxes of 128 rows x 64 k (16 KB, 128-byte swizzle,
+//                         cuBLAS's nvjet shape) ran at 3.2 TB/s, slower with more stages.)
+//   warps 9, 10 (A)       per stage: the activations' m × stage-k slice — bulk copies, or for
+//                         the SwiGLU down projection (m <= 2 or 1) silu(gate) · up computed
+//                         into the ring.
+//   warps 0-7 (MMA)       warp w: the 16 rows × the w-th eighth of each stage's k, mma.sync
+//                         m16n8k16 with the operand roles of gemm_small_m.cu (weight = A
+//                         operand, tokens = B operand) and its k permutation.
 //
-// Work split: the stages of all column slabs (128 rows × all of K) in slab-major order are cut
+// Work split: the stages of all column slabs (16 rows × all of K) in slab-major order are cut
 // into `grid` contiguous, equal runs, one per CTA (persistent, no tail wave). A slab that one
 // CTA covers is written directly; a slab cut between CTAs leaves fp32 partials and the last CTA
 // to finish it (atomic ticket) sums them in CTA order, so results are deterministic.
@@ -26,16 +31,13 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cutlass/cuda_host_adapter.hpp>
 #include <mutex>
-#include <string>
 #include <vector>
 
 #include "ops/bulk_copy.cuh"
 #include "ops/gemm/gemm_small_m_common.cuh"
 #include "ops/gemm/gemm_small_m_ring.hpp"
 #include "runtime/launch.cuh"
-#include "tessel/tensor.hpp"
 #include "tile/tile.cuh"
 
 namespace tessel::detail {
@@ -43,66 +45,29 @@ namespace {
 
 using namespace small_m;
 
-constexpr int kRows = 128;   // weight rows per stage: 8 MMA warps x 16
-constexpr int kStageK = 64;  // k per stage: 128 bytes, the swizzle span
-constexpr int kTokens = kSmallMRingMaxM;
+constexpr int kRows = 16;  // weight rows per stage: one MMA tile
+
+constexpr int kTokens = kSmallMRingMaxM;  // the MMA's n: 8 tokens
 constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
-constexpr int kProducerWarp = kMmaWarps;
+constexpr int kProducerWarp = kMmaWarps;  // warp 8
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
-constexpr int kWBytes = kRows * 128;    // 16 KB weight box
-constexpr int kABytes = kTokens * 128;  // 1 KB activation box (tokens past M zero-filled)
-constexpr size_t kMaxSmem = 226 * 1024;
+constexpr int kRedFloats = kMmaWarps * kTokens * kRows;  // the warps' k-range sums of a slab
+constexpr size_t kMaxSmem = 226 * 1024;                  // the opt-in 227 KB less the static s_last
+// A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 2112-byte pitch puts
+// them on disjoint banks.
+// A stage of k extent stage_k: 16 weight rows and m activation rows of this many bytes.
+constexpr int pitch_of(int stage_k) { return stage_k * 2 + 64; }
+static_assert(pitch_of(1024) % 128 == 64 && pitch_of(2048) % 128 == 64, "pitch: 64 mod 128");
 
-// Shared memory: 1 KB alignment slack (128-byte swizzled boxes), then per stage the weight
-// box, the activation box and (gated) the gate and up boxes, then full/empty/raw barriers.
-size_t smem_bytes(int stages, bool gated) {
-  return 1024 + size_t(stages) * (kWBytes + kABytes + (gated ? 2 * kABytes : 0)) +
-         3 * size_t(stages) * sizeof(uint64_t);
+size_t smem_bytes(int stages, int m, int stage_k) {
+  return size_t(stages) * (kRows + m) * pitch_of(stage_k) + kRedFloats * sizeof(float) +
+         2 * size_t(stages) * sizeof(uint64_t);
 }
 
-struct Params {
-  CUtensorMap wmap;  // B: (K, N) box 64 x 128
-  CUtensorMap amap;  // A or gate: (K, M) box 64 x 8
-  CUtensorMap umap;  // up (gated)
-  void* d;
-  int64_t ldd;
-  const void* c;
-  int64_t ldc;
-  float alpha, beta;
-  int m, n, k, out, gated, stages;
-  float* partials;
-  unsigned* tickets;
-};
-
-// The 16-byte chunk q of row r of a 128-byte-swizzled box lives at chunk q ^ (r % 8).
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * 128 + ((chunk ^ (row & 7)) << 4);
-}
-
-__device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int c0, int c1,
-                                        uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
-      : "memory");
-}
-
-__device__ __forceinline__ void tma_box_hint(void* dst, const CUtensorMap* map, int c0, int c1,
-                                             uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "l"(policy)
-      : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
+// The SwiGLU prologue's registers: 4 pieces of 8 k per A-warp lane and stage.
+constexpr int kGatedPieces = 4;
+constexpr int max_gated_m(int stage_k) { return kActWarps * 32 * kGatedPieces * 8 / stage_k; }
 
 // The MMA warps' own barrier (named barrier 1; 0 is __syncthreads).
 __device__ __forceinline__ void mma_warps_sync() {
@@ -120,29 +85,29 @@ struct Split {
   __device__ int slot(int c, int64_t slab) const { return slab == start(c) / ksn ? 0 : 1; }
 };
 
-template <class T>
-__global__ void __launch_bounds__(kThreads, 1)
-    small_m_ring_kernel(const __grid_constant__ Params p) {
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+template <class T, int kStageK>
+__global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
+  constexpr int kPitch = pitch_of(kStageK);
+  constexpr int kStageWBytes = kRows * kPitch;
+  constexpr int kWarpK = kStageK / kMmaWarps;  // each MMA warp's k range in a stage
+  extern __shared__ __align__(128) unsigned char smem[];
   const int S = p.stages;
+  const int stage_a_bytes = p.m * kPitch;
   unsigned char* wring = smem;
-  unsigned char* aring = wring + size_t(S) * kWBytes;
-  unsigned char* rawring = aring + size_t(S) * kABytes;  // gated: [gate box | up box] per stage
-  uint64_t* full = reinterpret_cast<uint64_t*>(rawring + (p.gated ? size_t(S) * 2 * kABytes : 0));
+  unsigned char* aring = smem + size_t(S) * kStageWBytes;
+  float* red = reinterpret_cast<float*>(aring + size_t(S) * stage_a_bytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(red + kRedFloats);
   uint64_t* empty = full + S;
-  uint64_t* raw = empty + S;
   __shared__ unsigned s_last;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    // full: the producer's expect-tx arrival (+ every SwiGLU lane's, after its stores);
-    // empty: one arrival per MMA warp; raw: the producer's (gate and up boxes).
+    // full: the producer's expect-tx arrival + the A warps' (every lane when they store with
+    // st.shared, lane 0 when they issue bulk copies); empty: one arrival per MMA warp.
+    const unsigned a_arrivals = p.gated ? kActWarps * 32 : kActWarps;
     for (int s = 0; s < S; ++s) {
-      mbar_init(&full[s], 1 + (p.gated ? kActWarps * 32 : 0));
+      mbar_init(&full[s], 1 + a_arrivals);
       mbar_init(&empty[s], kMmaWarps);
-      mbar_init(&raw[s], 1);
     }
     mbar_init_fence();
   }
@@ -153,51 +118,84 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Split split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x)};
   const int64_t L0 = split.start(blockIdx.x);
   const int count = static_cast<int>(split.start(blockIdx.x + 1) - L0);
+  const T* ga = static_cast<const T*>(p.a);
 
   if (warp == kProducerWarp) {
-    if (lane != 0) return;
     const uint64_t policy = l2_evict_first_policy();
-    auto issue_act = [&](int i) {  // A is the previous kernel's output: after the grid wait
-      const int s = i % S, k0 = static_cast<int>((L0 + i) % ksn) * kStageK;
-      if (!p.gated) {
-        tma_box(aring + size_t(s) * kABytes, &p.amap, k0, 0, &full[s]);
-      } else {
-        mbar_arrive_expect_tx(&raw[s], 2 * kABytes);
-        tma_box(rawring + size_t(s) * 2 * kABytes, &p.amap, k0, 0, &raw[s]);
-        tma_box(rawring + size_t(s) * 2 * kABytes + kABytes, &p.umap, k0, 0, &raw[s]);
-      }
-    };
-    const int prologue = min(S, count);
+    const char* b = static_cast<const char*>(p.b);
     for (int i = 0; i < count; ++i) {
       const int s = i % S;
       if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
       const int64_t L = L0 + i;
       const int row0 = static_cast<int>(L / ksn) * kRows, k0 = static_cast<int>(L % ksn) * kStageK;
-      mbar_arrive_expect_tx(&full[s], kWBytes + (p.gated ? 0 : kABytes));
-      tma_box_hint(wring + size_t(s) * kWBytes, &p.wmap, k0, row0, &full[s], policy);
-      if (i == prologue - 1) {
-        tile::wait_prior_grid();
-        for (int j = 0; j < prologue; ++j) issue_act(j);
-      } else if (i >= prologue) {
-        issue_act(i);
-      }
+      const int kc = min(kStageK, p.k - k0), rows = min(kRows, p.n - row0);
+      if (lane == 0) mbar_arrive_expect_tx(&full[s], uint32_t(rows) * kc * 2);
+      __syncwarp();
+      for (int r = lane; r < rows; r += 32)
+        bulk_copy_g2s_hint(wring + size_t(s) * kStageWBytes + r * kPitch,
+                           b + (int64_t{row0} + r) * p.ldb * 2 + int64_t{k0} * 2, kc * 2, &full[s],
+                           policy);
     }
     return;
   }
 
   if (warp > kProducerWarp) {
-    if (!p.gated) return;
-    // Lane id of the two warps: token id / 8, 16-byte chunk id % 8 of the stage's 64 k.
-    const int id = lane + 32 * (warp - kProducerWarp - 1);
-    const int at = swz(id / 8, id % 8);
+    const int aw = warp - kProducerWarp - 1;
+    tile::wait_prior_grid();  // A is the previous kernel's output
+    if (!p.gated) {
+      if (lane != 0) return;
+      int tokens = 0;
+      for (int tok = aw; tok < p.m; tok += kActWarps) ++tokens;
+      for (int i = 0; i < count; ++i) {
+        const int s = i % S;
+        if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+        const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+        mbar_arrive_expect_tx(&full[s], uint32_t(tokens) * kc * 2);
+        for (int tok = aw; tok < p.m; tok += kActWarps)
+          bulk_copy_g2s(aring + size_t(s) * stage_a_bytes + tok * kPitch,
+                        ga + int64_t{tok} * p.lda + k0, kc * 2, &full[s]);
+      }
+      return;
+    }
+    // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in registers
+    // (L2: the previous kernel just wrote them), silu(g)·u rounded as tessel::swiglu rounds.
+    constexpr int kPieces = kGatedPieces;
+    uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
+    auto piece = [&](int q, int& tok, int& kk) {
+      const int id = lane + 32 * aw + 32 * kActWarps * q;
+      tok = id / (kStageK / 8);
+      kk = (id % (kStageK / 8)) * 8;
+    };
+    auto load = [&](int i, uint4(&gv)[kPieces], uint4(&uv)[kPieces]) {
+      const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) {
+        int tok, kk;
+        piece(q, tok, kk);
+        gv[q] = uv[q] = make_uint4(0u, 0u, 0u, 0u);
+        if (tok < p.m && kk < kc) {
+          const T* src = ga + int64_t{tok} * p.lda + k0 + kk;
+          gv[q] = __ldcg(reinterpret_cast<const uint4*>(src));
+          uv[q] = __ldcg(reinterpret_cast<const uint4*>(src + p.k));
+        }
+      }
+    };
+    if (count > 0) load(0, gn, un);
     for (int i = 0; i < count; ++i) {
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) gc[q] = gn[q], uc[q] = un[q];
+      if (i + 1 < count) load(i + 1, gn, un);
       const int s = i % S;
-      mbar_wait(&raw[s], (i / S) & 1);
-      const unsigned char* r = rawring + size_t(s) * 2 * kABytes;
-      // Zero-filled past M and K: silu(0) · 0 = 0 there.
-      *reinterpret_cast<uint4*>(aring + size_t(s) * kABytes + at) =
-          swiglu8<T>(*reinterpret_cast<const uint4*>(r + at),
-                     *reinterpret_cast<const uint4*>(r + kABytes + at));
+      if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+      const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) {
+        int tok, kk;
+        piece(q, tok, kk);
+        if (tok < p.m && kk < kc)
+          *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch + kk * 2) =
+              swiglu8<T>(gc[q], uc[q]);
+      }
       mbar_arrive(&full[s]);
     }
     return;
@@ -206,10 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- MMA warps -------------------------------------------------------------------------
   tile::wait_prior_grid();  // before writing D / partials / tickets and reading C
   tile::allow_next_grid();
-  const int g = lane >> 2, t = lane & 3, tid = threadIdx.x;
-  // ldmatrix.x4 of a 16 x 16 tile: lanes 8i … 8i+7 address matrix i = (row half i & 1,
-  // k half i >> 1), which lands as the m16n8k16 A fragment {a0, a1, a2, a3}.
-  const int lrow = warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), lhalf = lane >> 4;
+  const int g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   int seg_ks0 = 0;  // first stage (k index) of the current slab segment
   for (int i = 0; i < count; ++i) {
@@ -217,40 +213,54 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t L = L0 + i;
     const int64_t slab = L / ksn;
     const int ks = static_cast<int>(L % ksn);
+    const int kc = min(kStageK, p.k - ks * kStageK);
     if (i == 0 || ks == 0) seg_ks0 = ks;
     mbar_wait(&full[s], (i / S) & 1);
-    const unsigned char* wbox = wring + size_t(s) * kWBytes;
-    const unsigned char* abox = aring + size_t(s) * kABytes;
+    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + g * kPitch;
+    const unsigned char* arow = aring + size_t(s) * stage_a_bytes + g * kPitch;
 #pragma unroll
-    for (int j = 0; j < kStageK / 16; ++j) {
-      uint32_t a[4];
-      ldmatrix_x4(a, wbox + swz(lrow, 2 * j + lhalf));
-      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(abox + swz(g, 2 * j) + 4 * t);
-      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(abox + swz(g, 2 * j + 1) + 4 * t);
-      Mma<T>::run(acc, a[0], a[1], a[2], a[3], b0, b1);
+    for (int u = 0; u < kWarpK / 32; ++u) {
+      const int kk = warp * kWarpK + u * 32 + 8 * t;
+      uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
+      if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
+        w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
+        w1 = *reinterpret_cast<const uint4*>(wrow + 8 * kPitch + kk * 2);
+        if (g < p.m) x = *reinterpret_cast<const uint4*>(arow + kk * 2);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1), word(w1, 2 * h + 1),
+                    word(x, 2 * h), word(x, 2 * h + 1));
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);
     if (ks != ksn - 1 && i != count - 1) continue;
 
-    // End of this CTA's segment of `slab`: c0, c1 are row g, tokens 2t, 2t + 1; c2, c3 row g + 8.
-    const int rl0 = warp * 16 + g;  // row within the slab
+    // End of this CTA's segment of `slab`: sum the warps' k ranges in warp order, write or
+    // leave a partial.
+    {
+      float* r = red + warp * kTokens * kRows;
+      r[(2 * t) * kRows + g] = acc[0];
+      r[(2 * t + 1) * kRows + g] = acc[1];
+      r[(2 * t) * kRows + g + 8] = acc[2];
+      r[(2 * t + 1) * kRows + g + 8] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    }
+    mma_warps_sync();
     const int row0 = static_cast<int>(slab) * kRows;
-    if (seg_ks0 == 0 && ks == ksn - 1) {  // the whole slab: write
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int tok = 2 * t + (r & 1), n = row0 + rl0 + 8 * (r >> 1);
-        if (tok < p.m && n < p.n) epilogue(p, tok, n, acc[r]);
-      }
-    } else {  // a piece: partials, then the slab's last CTA sums them in CTA order
-      const int slot = split.slot(blockIdx.x, slab);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int tok = 2 * t + (r & 1);
-        if (tok < p.m)
-          p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kRows + rl0 + 8 * (r >> 1)] =
-              acc[r];
-      }
+    const bool whole = seg_ks0 == 0 && ks == ksn - 1;
+    const int slot = split.slot(blockIdx.x, slab);
+    for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
+      const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+      if (n >= p.n) continue;
+      float v = 0.f;
+      for (int w = 0; w < kMmaWarps; ++w) v += red[(w * kTokens + tok) * kRows + rl];
+      if (whole)
+        epilogue(p, tok, n, v);
+      else
+        p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kRows + rl] = v;
+    }
+    if (!whole) {
       __threadfence();
       mma_warps_sync();
       const int c_first = split.cta_of(slab * ksn), c_last = split.cta_of(slab * ksn + ksn - 1);
@@ -269,34 +279,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
       }
-      mma_warps_sync();  // s_last is reused by the next piece
     }
-    acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    mma_warps_sync();  // red and s_last are reused by the next segment
   }
 }
 
-// A (cols, rows) row-major 16-bit tensor as 64-column x box_rows boxes, 128-byte swizzle.
-void encode(CUtensorMap* map, const void* base, bool bf16, int64_t rows, int64_t cols, int64_t ld,
-            int box_rows) {
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * 2)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kStageK), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t estr[2] = {1, 1};
-  const CUresult cr = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
-      map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-      const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (cr != CUDA_SUCCESS)
-    throw Error(TESSEL_ERROR_CUDA,
-                "tessel::gemm (small-M TMA ring): cuTensorMapEncodeTiled failed "
-                "(CUresult " +
-                    std::to_string(static_cast<int>(cr)) + ")");
-}
-
-template <class T>
-cudaError_t launch_t(const Params& p, int grid, cudaStream_t stream) {
-  auto kernel = small_m_ring_kernel<T>;
+template <class T, int kStageK>
+cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
+  auto kernel = small_m_ring_kernel<T, kStageK>;
   static std::mutex mu;
   static std::vector<bool> done;  // opted in to the large shared memory, per device
   int dev = 0;
@@ -312,7 +302,7 @@ cudaError_t launch_t(const Params& p, int grid, cudaStream_t stream) {
       done[dev] = true;
     }
   }
-  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.gated != 0),
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m, kStageK),
                           stream, p);
 }
 
@@ -320,46 +310,34 @@ cudaError_t launch_t(const Params& p, int grid, cudaStream_t stream) {
 
 int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
 
-int small_m_ring_grid(int n, int k, int sms) {
-  const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + kStageK - 1) / kStageK);
+int small_m_ring_grid(int n, int k, int stage_k, int sms) {
+  const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + stage_k - 1) / stage_k);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }
 
-int small_m_ring_max_stages(bool gated) {
+int small_m_ring_max_stages(int m, int stage_k) {
   int s = 1;
-  while (smem_bytes(s + 1, gated) <= kMaxSmem) ++s;
+  while (smem_bytes(s + 1, m, stage_k) <= kMaxSmem) ++s;
   return s;
 }
+
+int small_m_ring_max_gated_m(int stage_k) { return max_gated_m(stage_k); }
 
 size_t small_m_ring_partial_bytes(int m, int grid) {
   return size_t(grid) * 2 * m * kRows * sizeof(float);
 }
 
-cudaError_t small_m_ring_launch(const SmallMRingProblem& q, int grid, cudaStream_t stream) {
-  if (q.m < 1 || q.m > kSmallMRingMaxM || q.stages < 1 ||
-      smem_bytes(q.stages, q.gated != 0) > kMaxSmem)
+cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
+                                cudaStream_t stream) {
+  if ((p.stage_k != 1024 && p.stage_k != 2048) || p.m < 1 || p.m > kSmallMRingMaxM ||
+      (p.gated && p.m > max_gated_m(p.stage_k)) || p.stages < 1 ||
+      smem_bytes(p.stages, p.m, p.stage_k) > kMaxSmem)
     return cudaErrorInvalidValue;
-  Params p{};
-  encode(&p.wmap, q.b, q.bf16, q.n, q.k, q.ldb, kRows);
-  encode(&p.amap, q.a, q.bf16, q.m, q.k, q.lda, kTokens);
-  if (q.gated)
-    encode(&p.umap, static_cast<const char*>(q.a) + int64_t{q.k} * 2, q.bf16, q.m, q.k, q.lda,
-           kTokens);
-  p.d = q.d;
-  p.ldd = q.ldd;
-  p.c = q.c;
-  p.ldc = q.ldc;
-  p.alpha = q.alpha;
-  p.beta = q.beta;
-  p.m = q.m;
-  p.n = q.n;
-  p.k = q.k;
-  p.out = q.out;
-  p.gated = q.gated;
-  p.stages = q.stages;
-  p.partials = q.partials;
-  p.tickets = q.tickets;
-  return q.bf16 ? launch_t<__nv_bfloat16>(p, grid, stream) : launch_t<__half>(p, grid, stream);
+  if (p.stage_k == 1024)
+    return bf16 ? launch_t<__nv_bfloat16, 1024>(p, grid, stream)
+                : launch_t<__half, 1024>(p, grid, stream);
+  return bf16 ? launch_t<__nv_bfloat16, 2048>(p, grid, stream)
+              : launch_t<__half, 2048>(p, grid, stream);
 }
 
 }  // namespace tessel::detail
