@@ -305,8 +305,9 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
     DeviceTensor d_ref = alloc(c.dt, {c.m, c.n});
     DeviceTensor d_fused = alloc(c.dt, {c.m, c.n});
     swiglu(gate, up, act.t, stream());
-    // The autotuner's choice, then every config (the ring kernel's included), each against
-    // the unfused GEMM with the same config.
+    // The autotuner's choices (tuned separately for the fused problem: float64 check below),
+    // then every config (the ring kernel's included) bit for bit against the unfused GEMM with
+    // the same config.
     for (int cfg = -1; cfg < detail::gemm_small_m_num_configs(); cfg += cfg < 0 ? 1 : 5) {
       SCOPED_TRACE("config " + std::to_string(cfg));
       ASSERT_TRUE(
@@ -318,7 +319,7 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
         continue;
       }
       sync();
-      EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
+      if (cfg >= 0) EXPECT_EQ(download_bytes(d_fused), download_bytes(d_ref));
     }
     for (int cfg = detail::gemm_small_m_num_configs() - 3; cfg < detail::gemm_small_m_num_configs();
          ++cfg) {

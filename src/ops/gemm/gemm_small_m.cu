@@ -651,11 +651,11 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
   if (!autotune::enabled()) return fallback;
   int dev = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
-  using MemoKey = std::tuple<int, int, int, bool, int, int, int>;
+  using MemoKey = std::tuple<int, int, int, bool, bool, int, int, int>;
   static std::mutex memo_mu;
   static std::map<MemoKey, int> memo;
-  const MemoKey mk{dev, static_cast<int>(a.dtype), static_cast<int>(d.dtype), pr.kn, pr.m, pr.n,
-                   pr.k};
+  const MemoKey mk{
+      dev, static_cast<int>(a.dtype), static_cast<int>(d.dtype), pr.kn, pr.gated, pr.m, pr.n, pr.k};
   {
     std::lock_guard<std::mutex> lock(memo_mu);
     if (auto it = memo.find(mk); it != memo.end()) return it->second;
@@ -663,9 +663,11 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
   std::vector<int> candidates;
   for (int i = 0; i < kNumConfigs; ++i)
     if (!is_ring_config(i) || (ring_applies(pr, i) && ring_tunable())) candidates.push_back(i);
-  const std::string key =
-      autotune::make_key("gemm_small_m", autotune::current_gpu_name(), dtype_key(a, d),
-                         pr.kn ? "kn" : "nk", pr.m, pr.n, pr.k);
+  // The SwiGLU-fused problem is tuned on its own: its A prologue costs differ by kernel (the
+  // register kernel stages it before its loop, the ring kernel's A warps run ahead).
+  const std::string key = autotune::make_key(pr.gated ? "gemm_small_m_swiglu" : "gemm_small_m",
+                                             autotune::current_gpu_name(), dtype_key(a, d),
+                                             pr.kn ? "kn" : "nk", pr.m, pr.n, pr.k);
   // Timing writes a scratch output (d may be C, and must not be clobbered), no C.
   DeviceBuffer scratch;
   auto measure = [&](int cfg) -> double {
@@ -787,13 +789,17 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   a.shape[1] = k;
   Problem pr = describe(a, b, d, opt);
   if (!pr.ok) return false;
-  // The config of the plain problem of the same shape (the prologue adds L2 reads of A only).
-  if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
-  // The ring kernel's SwiGLU prologue holds 2 tokens: where the plain problem runs the ring and
-  // this one cannot, refuse (swiglu + gemm then give the plain problem's bits).
-  const bool plain_ring = is_ring_config(config) && ring_applies(pr, config);
   pr.gated = true;
-  if (plain_ring && !ring_applies(pr, config)) return false;
+  if (config < 0 || config >= kNumConfigs) {
+    config = choose(pr, a, b, d, stream);
+  } else if (is_ring_config(config) && !ring_applies(pr, config)) {
+    // The ring kernel's SwiGLU prologue holds 2 tokens (1 with 2048-k stages): where the plain
+    // problem would run the ring and this one cannot, refuse (swiglu + gemm then give the
+    // plain problem's bits).
+    Problem plain = pr;
+    plain.gated = false;
+    if (ring_applies(plain, config)) return false;
+  }
   launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;

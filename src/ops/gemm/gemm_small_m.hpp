@@ -38,9 +38,11 @@ bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms);
 // The down projection of a SwiGLU MLP with the activation fused into the A staging:
 // D = alpha · (silu(G) ⊙ U) · op(B) + beta · C, where gate_up = [G | U] is (M, 2K) (unit
 // column stride, any row pitch that gemm_small_m accepts for A) and K is B's reduction size.
-// silu(G) ⊙ U is rounded to the input dtype exactly as tessel::swiglu rounds it, so the result
-// equals swiglu followed by gemm_small_m bit for bit. Same contract otherwise (false: nothing
-// launched; the caller runs swiglu + gemm).
+// silu(G) ⊙ U is rounded to the input dtype exactly as tessel::swiglu rounds it, so with the
+// same config the result equals swiglu followed by gemm_small_m bit for bit (the autotuner
+// tunes this problem under its own key, "gemm_small_m_swiglu", so its choice may differ from
+// the plain problem's). Same contract otherwise (false: nothing launched; the caller runs
+// swiglu + gemm).
 // `config` as in gemm_small_m_with_config (-1: the autotuner's choice for the plain problem).
 bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
                          cudaStream_t stream, int config = -1);
