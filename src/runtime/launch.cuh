@@ -5,6 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "tessel/launch.hpp"
@@ -45,6 +48,25 @@ cudaError_t launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// Opts `kernel` in to `bytes` (> 48 KB) of dynamic shared memory on the current device, once
+// per (kernel, device, bytes).
+template <class... Params>
+cudaError_t opt_in_shared_memory(void (*kernel)(Params...), int bytes) {
+  static std::mutex mu;
+  static std::set<std::tuple<const void*, int, int>> done;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), dev, bytes);
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(key)) return cudaSuccess;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return e;
+  done.insert(key);
+  return cudaSuccess;
 }
 
 }  // namespace tessel::detail

@@ -493,22 +493,8 @@ Problem describe(const Tensor& a, const Tensor& b, const Tensor& d, const GemmOp
 template <class T, bool KN, int MT>
 cudaError_t launch_t(const Params& p, dim3 grid, size_t smem, cudaStream_t stream) {
   auto kernel = small_m_kernel<T, KN, MT>;
-  // Opt in to > 48 KB of dynamic shared memory, once per device.
-  static std::mutex mu;
-  static std::vector<bool> done;
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (static_cast<int>(done.size()) <= dev) done.resize(dev + 1, false);
-    if (!done[dev]) {
-      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               kMaxSmemA + 16 * 1024);
-          e != cudaSuccess)
-        return e;
-      done[dev] = true;
-    }
-  }
+  if (cudaError_t e = opt_in_shared_memory(kernel, kMaxSmemA + 16 * 1024); e != cudaSuccess)
+    return e;
   return launch_dependent(kernel, grid, dim3(kThreads), smem, stream, p);
 }
 
@@ -535,15 +521,10 @@ bool ring_tunable() {
   return on;
 }
 
-// The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
-bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
-                 const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
-  const int stage_k = ring_stage_k(cfg_id);
-  const int grid = small_m_ring_grid(pr.n, pr.k, stage_k, current_sm_count());
-  const WorkspaceView ws = workspace(stream, size_t(small_m_ring_slabs(pr.n)),
-                                     small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
-  if (ws.tickets == nullptr) return false;
-  SmallMRingParams p{};
+// The operands and epilogue of a launch, shared by both kernels' parameter blocks.
+template <class P>
+void set_problem(P& p, const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
+                 const void* cptr, float alpha, float beta) {
   p.a = a;
   p.lda = pr.lda;
   p.b = b;
@@ -559,6 +540,18 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   p.k = pr.k;
   p.out = pr.out;
   p.gated = pr.gated ? 1 : 0;
+}
+
+// The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
+bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
+                 const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
+  const int stage_k = ring_stage_k(cfg_id);
+  const int grid = small_m_ring_grid(pr.n, pr.k, stage_k, current_sm_count());
+  const WorkspaceView ws = workspace(stream, size_t(small_m_ring_slabs(pr.n)),
+                                     small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
+  if (ws.tickets == nullptr) return false;
+  SmallMRingParams p{};
+  set_problem(p, pr, a, b, dptr, ldd, cptr, alpha, beta);
   p.stage_k = stage_k;
   p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.m, stage_k));
   p.partials = ws.partials;
@@ -579,25 +572,11 @@ void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t
   const int stepk = pr.kn ? 32 : 128;
   const int warp_n = pr.kn ? 64 : 16;
   Params p{};
-  p.a = a;
-  p.lda = pr.lda;
-  p.b = b;
-  p.ldb = pr.ldb;
-  p.d = dptr;
-  p.ldd = ldd;
-  p.c = cptr;
-  p.ldc = pr.ldc;
-  p.alpha = alpha;
-  p.beta = beta;
-  p.m = pr.m;
-  p.n = pr.n;
-  p.k = pr.k;
+  set_problem(p, pr, a, b, dptr, ldd, cptr, alpha, beta);
   p.mtiles = (pr.m + 7) / 8;  // kernel instances for up to 1, 2, 4 tiles (3 runs in the 4)
   const int tp = p.mtiles * 8;
   p.wn = cfg.wn;
   p.wk = kWarps / cfg.wn;
-  p.out = pr.out;
-  p.gated = pr.gated ? 1 : 0;
   const int bn = warp_n * cfg.wn;
   const int blocks_n = (pr.n + bn - 1) / bn;
   const int nsteps = (pr.k + stepk - 1) / stepk;

@@ -31,8 +31,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <mutex>
-#include <vector>
 
 #include "ops/bulk_copy.cuh"
 #include "ops/gemm/gemm_small_m_common.cuh"
@@ -287,21 +285,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
 template <class T, int kStageK>
 cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
   auto kernel = small_m_ring_kernel<T, kStageK>;
-  static std::mutex mu;
-  static std::vector<bool> done;  // opted in to the large shared memory, per device
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (static_cast<int>(done.size()) <= dev) done.resize(dev + 1, false);
-    if (!done[dev]) {
-      if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kMaxSmem));
-          e != cudaSuccess)
-        return e;
-      done[dev] = true;
-    }
-  }
+  if (cudaError_t e = opt_in_shared_memory(kernel, static_cast<int>(kMaxSmem)); e != cudaSuccess)
+    return e;
   return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m, kStageK),
                           stream, p);
 }
