@@ -505,8 +505,8 @@ cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stre
   return launch_t<T, KN, 4>(p, grid, smem, stream);
 }
 
-// Launches with config `cfg` into d_ptr/ldd (beta·C as given). Falls back to one split when
-// the split-K workspace cannot be allocated (graph capture).
+// Whether ring config `cfg_id` runs this problem (B (N,K), M <= 8; the SwiGLU-fused problem
+// up to the tokens its A warps hold).
 bool ring_applies(const Problem& pr, int cfg_id) {
   return !pr.kn &&
          pr.m <= (pr.gated ? small_m_ring_max_gated_m(ring_stage_k(cfg_id)) : kSmallMRingMaxM);
@@ -560,6 +560,9 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   return true;
 }
 
+// Launches with config `cfg_id` into d_ptr/ldd (beta·C as given). Falls back to one split
+// when the split-K workspace cannot be allocated (graph capture), and from a ring config the
+// problem cannot take (or whose workspace cannot be allocated) to the default config.
 void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
             const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
   if (is_ring_config(cfg_id)) {
