@@ -72,17 +72,6 @@ __device__ __forceinline__ void mma_warps_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kMmaWarps * 32) : "memory");
 }
 
-struct Split {
-  int64_t total;  // stages of all slabs
-  int ksn;        // stages per slab
-  int grid;
-  __device__ int64_t start(int c) const { return int64_t{c} * total / grid; }
-  // The CTA whose run holds stage L.
-  __device__ int cta_of(int64_t L) const { return static_cast<int>(((L + 1) * grid - 1) / total); }
-  // Where CTA c keeps its partial of `slab`: 0 for its first slab, 1 for its last.
-  __device__ int slot(int c, int64_t slab) const { return slab == start(c) / ksn ? 0 : 1; }
-};
-
 template <class T, int kStageK>
 __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
   constexpr int kPitch = pitch_of(kStageK);
@@ -113,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
 
   const int ksn = (p.k + kStageK - 1) / kStageK;
   const int slabs = (p.n + kRows - 1) / kRows;
-  const Split split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x)};
+  const SmallMRingSplit split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x)};
   const int64_t L0 = split.start(blockIdx.x);
   const int count = static_cast<int>(split.start(blockIdx.x + 1) - L0);
   const T* ga = static_cast<const T*>(p.a);
