@@ -5,7 +5,7 @@
 // "<M>x<N>x<K> B(..) cfg=<c> s=<splits> g=<group> <epilogue>", no target.
 //   cfg: -1 automatic, 0 128x256 cluster 2x1, 1 128x128, 2 128x64, 3 128x64 cluster 1x2,
 //   4 64x128, 5 128x192, 6 64x64 cluster 2x1, 7 64x64, 8 128x128 cluster 2x1 (3..8: B (N,K));
-//   s 0 / g 0: the plan's choice; s -1: stream-K.
+//   s 0 / g 0: the plan's choice.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -181,7 +181,7 @@ void suite_gemm_sweep(SuiteContext& ctx) {
       {4096, 4096, 4096, BLayout::nk, {{-1, 0, 0}, {-1, 0, 0, SweepEpi::bias_residual}}},
   };
   // TESSEL_GEMM_SWEEP_SHAPES="MxNxK,..." (B (N,K)) replaces the list above: every tile config
-  // with 1, 2, 4 and 8 K splits and stream-K (e.g. a model's prefill shapes; configs without split-K run
+  // with 1, 2, 4 and 8 K splits (e.g. a model's prefill shapes; configs without split-K run
   // their one split).
   if (const char* env = std::getenv("TESSEL_GEMM_SWEEP_SHAPES")) {
     shapes.clear();
@@ -194,7 +194,7 @@ void suite_gemm_sweep(SuiteContext& ctx) {
         // 128x256 (0), 128x192 (5) and the 2x1 clusters of 64x64 (6) and 128x128 (8) have no
         // split-K.
         std::vector<Variant> vs = splits_of({0, 5, 6, 8}, {1});
-        for (const Variant& v : splits_of({1, 2, 3, 4, 7}, {1, 2, 4, 8, -1})) vs.push_back(v);
+        for (const Variant& v : splits_of({1, 2, 3, 4, 7}, {1, 2, 4, 8})) vs.push_back(v);
         shapes.push_back({m, n, k, BLayout::nk, vs});
       }
       at = end + 1;

@@ -1,7 +1,7 @@
 // tessel::gemm / tessel::bmm: float64 reference on small ragged shapes (both B layouts,
 // bf16/f16 in, f32/f16/bf16 out, alpha/beta with C, pitched operands, a multi-tile shape per
 // tile config), every fused epilogue (bias f32 / d's dtype, relu / gelu_tanh / gelu / silu,
-// residual C, combinations), split-K (forced slice counts, bitwise determinism), stream-K, strided
+// residual C, combinations), split-K (forced slice counts, bitwise determinism), strided
 // batched GEMM (per-batch and shared operands, pitched batches), and argument validation (no
 // GPU needed).
 #include <gtest/gtest.h>
@@ -405,42 +405,6 @@ TEST_F(GemmGpu, SplitKIsDeterministic) {
     c.split_k = s;
     c.repeat_bitwise = true;
     check(c);
-  }
-}
-
-// Stream-K (tuning hook splits = -1) on every config with split-K: few tiles cut into many
-// runs (M = 129 x N = 200: 8 tiles of 128x64 over the grid, up to one K block per run), many
-// tiles cut in two or three (1000 x 1032 of 64x64), ragged edges, every output dtype, bias +
-// activation, in-place residual, bmm, B (K,N); repeats are bitwise equal (the finisher adds
-// the parts in run order whatever the arrival order).
-TEST_F(GemmGpu, StreamK) {
-  struct Reset {
-    ~Reset() { gemm_detail::set_tuning(-1, 0, 0); }
-  } reset;
-  int i = 0;
-  for (int cfg : {1, 2, 3, 4, 7}) {
-    gemm_detail::set_tuning(cfg, -1, 0);
-    const DType out = i % 3 == 0 ? DType::bf16 : i % 3 == 1 ? DType::f32 : DType::f16;
-    ++i;
-    Case few{129, 200, 1032, DType::bf16, out, BLayout::nk};
-    few.repeat_bitwise = true;
-    check(few);
-    check({1000, 1032, 520, DType::f16, DType::f32, BLayout::nk});
-    Case c{65, 136, 2056, DType::bf16, DType::f16, BLayout::nk, 0.5f, 1.f};
-    c.bias = Bias::f32;
-    c.act = GemmActivation::gelu_tanh;
-    check(c);
-    Case r{300, 264, 1000, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f};
-    r.bias = Bias::out;
-    r.in_place_c = true;
-    check(r);
-    Case bm{70, 136, 600, DType::bf16, DType::bf16, BLayout::nk};
-    bm.batch = 3;
-    bm.shared_b = true;
-    check(bm);
-    Case kn{257, 200, 1000, DType::bf16, DType::f32, BLayout::kn};
-    kn.repeat_bitwise = true;
-    check(kn);
   }
 }
 

@@ -55,13 +55,11 @@ constexpr double kWideRate = 770;
 
 // Tuning hooks (gemm_detail::set_tuning): forced tile config / splits / raster group.
 int g_force_cfg = -1, g_force_splits = 0, g_force_group = 0;
-bool g_force_stream_k = false;
 
 struct Plan {
   int cfg = kBig;
   int splits = 1;
   int group = 8;
-  bool stream_k = false;  // split-K configs: equal runs of K blocks per CTA (splits = 1)
 };
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -174,8 +172,8 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
 }
 
 // ---- autotuning (family "gemm") --------------------------------------------------------
-// A plan is one config id for the autotuner: cfg + 16·(splits + 64·group index) (+ 4096 for
-// stream-K), group from kGroups. Candidates per problem: every tile config the layout can run (B (K,N): the
+// A plan is one config id for the autotuner: cfg + 16·(splits + 64·group index), group from
+// kGroups. Candidates per problem: every tile config the layout can run (B (K,N): the
 // MN-major 128x256 / 128x128 / 128x64 kernels), with K slices where the config can split and
 // its tiles leave SMs idle, and raster groups 4 / 16 beside the default 8 for multi-wave grids
 // of the large tiles; plus plan_for's choice, the deterministic fallback.
@@ -185,13 +183,11 @@ int plan_id(const Plan& p) {
   int gi = 0;
   for (int i = 0; i < 3; ++i)
     if (kGroups[i] == p.group) gi = i;
-  return p.cfg + 16 * (std::clamp(p.splits, 1, 63) + 64 * gi) + (p.stream_k ? 4096 : 0);
+  return p.cfg + 16 * (std::clamp(p.splits, 1, 63) + 64 * gi);
 }
 
 Plan plan_of(int id) {
   Plan p;
-  p.stream_k = id >= 4096;
-  id %= 4096;
   p.cfg = std::min(id % 16, gemm_detail::kNumTileCfgs - 1);
   p.splits = std::max(1, (id / 16) % 64);
   p.group = kGroups[std::clamp(id / 1024, 0, 2)];
@@ -201,9 +197,8 @@ Plan plan_of(int id) {
 std::string plan_name(const Plan& p) {
   static const char* const names[] = {"128x256 2x1", "128x128",   "128x64", "128x64 1x2", "64x128",
                                       "128x192",     "64x64 2x1", "64x64",  "128x128 2x1"};
-  return std::string(names[p.cfg]) +
-         (p.stream_k ? std::string(" stream-K") : " splits " + std::to_string(p.splits)) +
-         " group " + std::to_string(p.group);
+  return std::string(names[p.cfg]) + " splits " + std::to_string(p.splits) + " group " +
+         std::to_string(p.group);
 }
 
 std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int sms,
@@ -220,12 +215,11 @@ std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, boo
       {kMidM2, 128, 128, 2, 1, false, true},
   };
   std::vector<int> ids{plan_id(fallback)};
-  auto add = [&](int cfg, int splits, int group, bool stream_k = false) {
+  auto add = [&](int cfg, int splits, int group) {
     Plan p;
     p.cfg = cfg;
     p.splits = splits;
     p.group = group;
-    p.stream_k = stream_k;
     const int id = plan_id(p);
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
@@ -241,10 +235,6 @@ std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, boo
     if (s.splits && units < slots)
       for (int k : {2, 3, 4, 6, 8, 12, 16})
         if (units * k <= 2 * slots && kt / k >= 4) add(s.cfg, k, 8);
-    // Stream-K where the last wave leaves more than 1/8 of the slots idle (e.g. 192 tiles of
-    // 64x64 on 132 SMs: 1.45 waves) and each run keeps >= 8 K blocks.
-    const int64_t waves = cdiv(units, slots);
-    if (s.splits && 8 * units < 7 * waves * slots && units * kt >= 8 * slots) add(s.cfg, 1, 8, true);
     // Other raster groups where one wave's operand panels (g cluster-tile rows of A, the B
     // column bands of the rest of the wave) stay within 3/4 of L2: at 4096 x 128256 x 4096 a
     // group of 16 (A panels 32 MB + B bands 10 MB) won a tuning pass and then ran at 577
@@ -450,14 +440,12 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   }
 
   const int sms = detail::current_sm_count();
-  const bool forced =
-      g_force_cfg >= 0 || g_force_splits > 0 || g_force_group > 0 || g_force_stream_k;
+  const bool forced = g_force_cfg >= 0 || g_force_splits > 0 || g_force_group > 0;
   Plan pl = plan_for(M, N, K, L, kn, opt.split_k, sms);
   if (g_force_cfg >= 0) pl.cfg = g_force_cfg;
   if (g_force_splits > 0)
     pl.splits = static_cast<int>(std::min<int64_t>(g_force_splits, cdiv(K, 64)));
   if (g_force_group > 0) pl.group = g_force_group;
-  if (g_force_stream_k) pl.stream_k = true, pl.splits = 1;
 
   GemmParams p;
   p.m = static_cast<int>(M);
@@ -484,7 +472,6 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
     GemmParams q = p;
     q.group = plan.group;
     q.splits = static_cast<int>(std::min<int64_t>(plan.splits, cdiv(K, 64)));
-    q.stream_k = plan.stream_k;
     q.epi.c = c ? c->data : nullptr;
     q.epi.ldc = ldc;
     q.epi.c_batch = bsc;
@@ -664,12 +651,10 @@ float* splitk_partials(cudaStream_t stream, size_t bytes, bool may_allocate) {
 // 2 = 128x64, 3 = 128x64 in clusters of 2 along N, 4 = 64x128, 5 = 128x192, 6 = 64x64 in
 // clusters of 2 along M, 7 = 64x64, 8 = 128x128 in clusters of 2 along M (3..8: B (N,K);
 // B (K,N) runs 2 for 3, 4, 6, 7 and 1 for 5, 8) (-1: heuristic / autotuner); splits (0: heuristic);
-// cluster-tile rows per raster group (0: default 8). splits = -1: stream-K (configs with
-// split-K; the others run their one split).
+// cluster-tile rows per raster group (0: default 8).
 void set_tuning(int cfg, int splits, int group) {
   g_force_cfg = cfg >= 0 && cfg < gemm_detail::kNumTileCfgs ? cfg : -1;
   g_force_splits = splits > 0 ? splits : 0;
-  g_force_stream_k = splits < 0;
   g_force_group = group > 0 ? group : 0;
 }
 void set_raster_group(int group) { g_force_group = group > 0 ? group : 0; }

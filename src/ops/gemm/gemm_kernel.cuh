@@ -10,13 +10,11 @@
 //              BK/16 WGMMAs, keep one stage of WGMMAs in flight, release the stage before;
 //              then the TMA-store epilogue (tile/sm90/epilogue.cuh): the copy engine drains
 //              the staged output while the warpgroup starts the next tile.
-// Work units are (batch, tile, K split) (tile/sm90/scheduler.cuh), or with stream-K a run of
-// K blocks over consecutive tiles per CTA (cluster): the tiles x K blocks space cut into equal
-// runs (tile/stream_k.hpp), so no SM idles in a last partial wave. Split-K / stream-K (configs
-// with BN <= 128): every part of a cut tile writes its fp32 partial tile to a workspace in
-// fragment order (16-byte coalesced stores), bumps the tile's counter, and the part that
-// arrives last sums the partials in part order (its own from registers) — bitwise
-// deterministic whatever the arrival order — resets the counter and runs the epilogue.
+// Work units are (batch, tile, K split) (tile/sm90/scheduler.cuh). Split-K (configs with
+// BN <= 128): every split writes its fp32 partial tile to a workspace in fragment order
+// (16-byte coalesced stores), bumps the tile's counter, and the split that arrives last sums
+// the partials in split order 0..S-1 (its own from registers) — bitwise deterministic
+// whatever the arrival order — resets the counter and runs the epilogue.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -27,7 +25,6 @@
 #include "tile/sm90/tma.cuh"
 #include "tile/sm90/warpgroup.cuh"
 #include "tile/sm90/wgmma.cuh"
-#include "tile/stream_k.hpp"
 
 namespace tessel::gemm_detail {
 
@@ -71,80 +68,9 @@ struct GemmParams {
   bool a_batched = false, b_batched = false;  // else one A / B for every batch
   int group = 8;                              // tile rows per raster group
   int splits = 1;                             // K slices per tile (SplitK configs)
-  bool stream_k = false;                      // SplitK configs: equal runs of K blocks per CTA
-  int workers = 0;                            // stream-K: clusters in the grid (runs)
-  // split-K: CTA tiles x splits x BM x BN floats; stream-K: workers x 2 slots x cluster size
-  float* partials = nullptr;
-  int* counters = nullptr;                    // one zeroed int per CTA tile
+  float* partials = nullptr;                  // split-K: CTA tiles x splits x BM x BN floats
+  int* counters = nullptr;                    // split-K: one zeroed int per CTA tile
   EpilogueParams epi;
-};
-
-// One unit of a CTA's work: tile tc, K blocks [kb0, kb1), part `part` of the `parts` that
-// make up the tile (its K slices with split-K, the runs holding a piece of it with stream-K).
-struct WorkUnit {
-  TileCoord tc;
-  int kb0, kb1, part, parts;
-  // Workspace slot (BM x BN floats) of part j for this CTA: slot0 + j * slot_step, + slot_adj
-  // for j = 0 (computed with the unit: the integer divisions stay out of the epilogue, where
-  // the accumulators and running sums hold the registers).
-  int64_t slot0;
-  int slot_step, slot_adj;
-  __device__ int64_t slot(int j) const { return slot0 + int64_t{j} * slot_step + (j == 0 ? slot_adj : 0); }
-};
-
-// The work split of a launch, rebuilt from the kernel parameters wherever it is needed (cheap
-// shifts and constant-bank loads) rather than kept live in registers across the mainloop,
-// where the consumers' accumulators need them.
-template <class Cfg>
-struct GemmWork {
-  TileScheduler sched;
-  ::tessel::tile::StreamKSplit sk;
-  int k_tiles;
-  bool stream_k;
-  __device__ explicit GemmWork(const GemmParams& p)
-      : sched(p.m, p.n, Cfg::BM * Cfg::ClusterM, Cfg::BN * Cfg::ClusterN, p.group, p.batches,
-              Cfg::SplitK && !p.stream_k ? p.splits : 1),
-        sk{0, 1, 1}, k_tiles((p.k + Cfg::BK - 1) / Cfg::BK), stream_k(Cfg::SplitK && p.stream_k) {
-    if (stream_k) sk = {sched.tiles() * k_tiles, k_tiles, p.workers};
-  }
-  // This run's (cluster's) first unit / K step and the end.
-  __device__ int64_t begin(int64_t run) const { return stream_k ? sk.start(static_cast<int>(run)) : run; }
-  __device__ int64_t finish(int64_t run) const {
-    return stream_k ? sk.start(static_cast<int>(run) + 1) : sched.units();
-  }
-  // The unit at `pos` (a unit index, or a K step with stream-K) for CTA `rank` of the cluster;
-  // advances pos.
-  __device__ WorkUnit at(int64_t& pos, int64_t end, int64_t run, int64_t stride, int rank) const {
-    constexpr int CS = Cfg::ClusterSize;
-    WorkUnit u;
-    if (stream_k) {
-      const int64_t t = pos / k_tiles;
-      u.tc = sched.coord(t);
-      u.kb0 = static_cast<int>(pos - t * k_tiles);
-      u.kb1 = end - pos < k_tiles - u.kb0 ? u.kb0 + static_cast<int>(end - pos) : k_tiles;
-      const int f = sk.first_of(t);
-      u.part = static_cast<int>(run) - f;
-      u.parts = sk.last_of(t) - f + 1;
-      // Run f + j keeps its part in slot(f + j, t): 0 for j > 0 (its run starts inside the
-      // tile), for j = 0 whatever slot() says (0 only if the run starts at the tile's start).
-      u.slot0 = (int64_t{f} * 2) * CS + rank;
-      u.slot_step = 2 * CS;
-      u.slot_adj = sk.slot(f, t) * CS;
-      pos += u.kb1 - u.kb0;
-    } else {
-      u.tc = sched.coord(pos);
-      const int s = u.tc.split, n = sched.splits;
-      u.kb0 = static_cast<int>(int64_t{k_tiles} * s / n);
-      u.kb1 = static_cast<int>(int64_t{k_tiles} * (s + 1) / n);
-      u.part = s;
-      u.parts = n;
-      u.slot0 = (u.tc.tile * CS + rank) * n;
-      u.slot_step = 1;
-      u.slot_adj = 0;
-      pos += stride;
-    }
-    return u;
-  }
 };
 
 // Named barriers: 1 + consumer warpgroup (its epilogue), kConsumersBarrier (all consumers).
@@ -172,10 +98,18 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   // The schedule walks cluster tiles (CM*BM x CN*BN); this CTA takes tile row m*CM + rank
   // (ClusterM) or tile column n*CN + rank (ClusterN).
+  const TileScheduler sched(p.m, p.n, Cfg::BM * CM, Cfg::BN * CN, p.group, p.batches,
+                            Cfg::SplitK ? p.splits : 1);
   const int rank = CS > 1 ? static_cast<int>(block_rank_in_cluster()) : 0;
   const int rank_m = CM > 1 ? rank : 0, rank_n = CN > 1 ? rank : 0;
-  // Run (cluster) index and the grid's stride in units (split-K / one split).
-  const int64_t run = blockIdx.x / CS, stride = gridDim.x / CS;
+  const int64_t first = blockIdx.x / CS, stride = gridDim.x / CS;
+  const int k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  const int splits = sched.splits;
+  // K blocks [kb0, kb1) of split s.
+  auto k_range = [&](int s, int& kb0, int& kb1) {
+    kb0 = static_cast<int>(int64_t{k_tiles} * s / splits);
+    kb1 = static_cast<int>(int64_t{k_tiles} * (s + 1) / splits);
+  };
 
   if (wg == 0) {  // ---- producer ----
     producer_registers();
@@ -189,13 +123,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       auto [gB, dB] = tma_tiles<CM>(tma_b, sB, p.n, p.k, p.b_batched ? p.batches : 1, rank_m);
       constexpr uint16_t kAllCtas = (1u << CS) - 1;
       auto st = producer_start<Cfg::Stages>();
-      const GemmWork<Cfg> work(p);
-      for (int64_t pos = work.begin(run), end = work.finish(run); pos < end;) {
-        const WorkUnit un = work.at(pos, end, run, stride, rank);
-        const TileCoord& tc = un.tc;
-        const int kb0 = un.kb0, kb1 = un.kb1;
+      for (int64_t u = first; u < sched.units(); u += stride) {
+        const TileCoord tc = sched.coord(u);
         const int m_tile = tc.m * CM + rank_m, n_tile = tc.n * CN + rank_n;
         const int la = p.a_batched ? tc.batch : 0, lb = p.b_batched ? tc.batch : 0;
+        int kb0, kb1;
+        k_range(tc.split, kb0, kb1);
         for (int k = kb0; k < kb1; ++k) {
           pipe.producer_acquire(st);
           auto* bar = pipe.producer_get_barrier(st);
@@ -222,11 +155,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     constexpr int BV = (Cfg::BN + CT - 1) / CT;
     const bool has_bias = p.epi.bias != nullptr;
     PipeState<Cfg::Stages> st;
-    const int64_t end = GemmWork<Cfg>(p).finish(run);
-    for (int64_t pos = GemmWork<Cfg>(p).begin(run); pos < end;) {
-      const WorkUnit un = GemmWork<Cfg>(p).at(pos, end, run, stride, rank);
-      const TileCoord& tc = un.tc;
-      const int part = un.part, parts = un.parts;
+    for (int64_t u = first; u < sched.units(); u += stride) {
+      const TileCoord tc = sched.coord(u);
       const int m_tile = tc.m * CM + rank_m, n_tile = tc.n * CN + rank_n;
       // The tile's bias, loaded now so that the mainloop hides the latency; staged in shared
       // memory before the epilogue (per-box global loads there stalled every box).
@@ -236,7 +166,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         const int cl = ctid + v * CT, col = n_tile * Cfg::BN + cl;
         bias_pre[v] = has_bias && cl < Cfg::BN && col < p.n ? load_bias(p.epi, col) : 0.f;
       }
-      const int nk = un.kb1 - un.kb0;
+      int kb0, kb1;
+      k_range(tc.split, kb0, kb1);
+      const int nk = kb1 - kb0;
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       auto done = st;  // oldest stage not yet released
       for (int k = 0; k < nk; ++k) {
@@ -254,20 +186,20 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       pipe.consumer_release(done);
 
       if constexpr (Cfg::SplitK) {
-        if (parts > 1) {
+        if (splits > 1) {
           // Partial sums in fragment order: float4 v of consumer thread t at [v][t].
           constexpr int V = decltype(size(acc))::value / 4;
           constexpr int64_t kTile = int64_t{Cfg::BM} * Cfg::BN;
           const int64_t slot = tc.tile * CS + rank;  // this CTA's tile of the cluster tile
-          float4* ws = reinterpret_cast<float4*>(p.partials);
-          float4* mine = ws + un.slot(part) * (kTile / 4);
+          float4* ws = reinterpret_cast<float4*>(p.partials + slot * splits * kTile);
+          float4* mine = ws + tc.split * (kTile / 4);
           CUTE_UNROLL
           for (int v = 0; v < V; ++v)
             __stcg(mine + v * CT + ctid, make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
           __threadfence();
           asm volatile("bar.sync %0, %1;" ::"n"(kConsumersBarrier), "n"(CT) : "memory");
           if (ctid == 0) {
-            const int last = atomicAdd(p.counters + slot, 1) == parts - 1;
+            const int last = atomicAdd(p.counters + slot, 1) == splits - 1;
             if (last) atomicExch(p.counters + slot, 0);  // leave the workspace zeroed
             smem.split_last = last;
           }
@@ -277,15 +209,15 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           float4 sum[V];
           CUTE_UNROLL
           for (int v = 0; v < V; ++v) sum[v] = make_float4(0.f, 0.f, 0.f, 0.f);
-          for (int s = 0; s < parts; ++s) {
-            if (s == part) {
+          for (int s = 0; s < splits; ++s) {
+            if (s == tc.split) {
               CUTE_UNROLL
               for (int v = 0; v < V; ++v) {
                 sum[v].x += acc(4 * v); sum[v].y += acc(4 * v + 1);
                 sum[v].z += acc(4 * v + 2); sum[v].w += acc(4 * v + 3);
               }
             } else {
-              const float4* src = ws + un.slot(s) * (kTile / 4);
+              const float4* src = ws + s * (kTile / 4);
               CUTE_UNROLL
               for (int v = 0; v < V; ++v) {
                 const float4 q = __ldcg(src + v * CT + ctid);
@@ -333,8 +265,7 @@ cudaError_t launch_gemm(const GemmOperands& ops, const CUtensorMap& tma_d, GemmP
                         int sm_count, cudaStream_t stream) {
   using T = typename Cfg::T;
   constexpr int CM = Cfg::ClusterM, CN = Cfg::ClusterN, CS = Cfg::ClusterSize;
-  if (!Cfg::SplitK) p.splits = 1, p.stream_k = false;
-  if (p.stream_k) p.splits = 1;
+  if (!Cfg::SplitK) p.splits = 1;
   p.a_batched = p.batches > 1 && ops.batch_a != 0;
   p.b_batched = p.batches > 1 && ops.batch_b != 0;
   // Batch strides of unbatched operands only need to be valid TMA strides.
@@ -377,11 +308,7 @@ cudaError_t launch_gemm(const GemmOperands& ops, const CUtensorMap& tma_d, GemmP
     max_clusters = n;
   }
   const TileScheduler sched(p.m, p.n, Cfg::BM * CM, Cfg::BN * CN, p.group, p.batches, p.splits);
-  // Stream-K: one run per cluster, never more runs than K blocks in all.
-  const int64_t units = p.stream_k ? sched.tiles() * ((p.k + Cfg::BK - 1) / Cfg::BK) : sched.units();
-  int64_t clusters = units < max_clusters ? units : max_clusters;
-  if (p.stream_k && clusters > sm_count / CS) clusters = sm_count / CS;  // the workspace's slots
-  p.workers = static_cast<int>(clusters);
+  const int64_t clusters = sched.units() < max_clusters ? sched.units() : max_clusters;
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * CS));
   return cudaLaunchKernelEx(&cfg, kernel, tma_a, tma_b, tma_d, p);
 }

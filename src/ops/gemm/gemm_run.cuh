@@ -5,8 +5,6 @@
 
 #include <cuda.h>
 
-#include <algorithm>
-
 #include "ops/gemm/gemm_kernel.cuh"
 #include "runtime/check.hpp"
 #include "runtime/workspace.hpp"
@@ -79,27 +77,21 @@ float* splitk_partials(cudaStream_t stream, size_t bytes, bool may_allocate);
 template <class Cfg>
 void launch(const GemmOperands& ops, const CUtensorMap& tma_d, GemmParams p, int sms,
             cudaStream_t stream) {
-  if (!Cfg::SplitK) p.stream_k = false;
-  if (p.stream_k) p.splits = 1;
-  if (Cfg::SplitK && (p.splits > 1 || p.stream_k)) {
+  if (Cfg::SplitK && p.splits > 1) {
     // Scheduler tiles are cluster tiles; each CTA of a cluster reduces its own tile.
     constexpr size_t CS = Cfg::ClusterSize;
     const TileScheduler sched(p.m, p.n, Cfg::BM * Cfg::ClusterM, Cfg::BN * Cfg::ClusterN, p.group,
                               p.batches, p.splits);
-    // Split-K: every unit's partial; stream-K: two slots per cluster of the grid (at most one
-    // per SM / cluster size).
-    const size_t slots = p.stream_k ? 2 * static_cast<size_t>(std::max(sms / static_cast<int>(CS), 1))
-                                    : static_cast<size_t>(sched.units());
     // Under graph capture nothing may be allocated: without workspace from an earlier eager
     // call on this stream, one split (the same result up to rounding order).
     const bool may_allocate = !detail::stream_capturing(stream);
-    p.partials = splitk_partials(stream, slots * CS * Cfg::BM * Cfg::BN * sizeof(float),
-                                 may_allocate);
+    p.partials = splitk_partials(
+        stream, static_cast<size_t>(sched.units()) * CS * Cfg::BM * Cfg::BN * sizeof(float),
+        may_allocate);
     p.counters = static_cast<int*>(detail::stream_workspace(
         stream, static_cast<size_t>(sched.tiles()) * CS * sizeof(int), may_allocate));
     if (p.partials == nullptr || p.counters == nullptr) {
       p.splits = 1;
-      p.stream_k = false;
       p.partials = nullptr;
       p.counters = nullptr;
     }

@@ -9,8 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tile/stream_k.hpp"
-
 namespace tessel::detail {
 
 struct SmallMRingParams {
@@ -34,8 +32,30 @@ struct SmallMRingParams {
 
 constexpr int kSmallMRingMaxM = 8;
 
-// The ring kernel's work split: column slabs x stages (tile/stream_k.hpp).
-using SmallMRingSplit = tile::StreamKSplit;
+#if defined(__CUDACC__)
+#define TESSEL_RING_HD __host__ __device__
+#else
+#define TESSEL_RING_HD
+#endif
+
+// The ring kernel's work split (host and device; tests/test_gemm_small_m_split.cpp): the
+// `total` stages of all column slabs (`ksn` stages each, slab-major) cut into `grid` contiguous
+// runs of equal length (within one), one per CTA.
+struct SmallMRingSplit {
+  int64_t total;
+  int ksn;
+  int grid;
+  // First stage of CTA c's run (start(grid) == total).
+  TESSEL_RING_HD int64_t start(int c) const { return int64_t{c} * total / grid; }
+  // The CTA whose run holds stage L: the largest c with start(c) <= L.
+  TESSEL_RING_HD int cta_of(int64_t L) const {
+    return static_cast<int>(((L + 1) * grid - 1) / total);
+  }
+  // Where CTA c keeps its partial sums of `slab` when it holds only a piece of it: 0 for the
+  // slab its run starts in, 1 for the slab its run ends in (a run holds at most those two
+  // pieces; every slab between them is whole).
+  TESSEL_RING_HD int slot(int c, int64_t slab) const { return slab == start(c) / ksn ? 0 : 1; }
+};
 // Column slabs (16 weight rows: the unit whose partial sums are combined across CTAs).
 int small_m_ring_slabs(int n);
 // The deepest ring that fits in shared memory for m tokens.
