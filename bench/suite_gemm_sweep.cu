@@ -195,6 +195,20 @@ void suite_gemm_sweep(SuiteContext& ctx) {
         // split-K.
         std::vector<Variant> vs = splits_of({0, 5, 6, 8}, {1});
         for (const Variant& v : splits_of({1, 2, 3, 4, 7}, {1, 2, 4, 8})) vs.push_back(v);
+        // TESSEL_GEMM_SWEEP_VARIANTS="cfg:splits,..." keeps only those (e.g. for a profiler).
+        if (const char* only = std::getenv("TESSEL_GEMM_SWEEP_VARIANTS")) {
+          std::vector<Variant> keep;
+          std::string sel = only;
+          for (size_t p = 0; p < sel.size();) {
+            size_t e = sel.find(',', p);
+            if (e == std::string::npos) e = sel.size();
+            int c = 0, s = 0;
+            if (std::sscanf(sel.substr(p, e - p).c_str(), "%d:%d", &c, &s) == 2)
+              keep.push_back({c, s, 0});
+            p = e + 1;
+          }
+          vs = keep;
+        }
         shapes.push_back({m, n, k, BLayout::nk, vs});
       }
       at = end + 1;
