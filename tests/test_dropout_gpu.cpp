@@ -36,7 +36,8 @@ class DropoutGpu : public test::GpuTest, public ::testing::WithParamInterface<Pa
 
 TEST_P(DropoutGpu, MatchesReferenceAndRegenerates) {
   const auto [dt, n] = GetParam();
-  for (double p : {0.0, 0.1, 0.5, 1.0}) {
+  // 1e-6 rounds to a threshold of 0 (all kept); 1 - 1e-6 to 2^16 (all dropped, as p = 1).
+  for (double p : {0.0, 0.1, 0.5, 1.0, 1e-6, 1.0 - 1e-6}) {
     SCOPED_TRACE("p " + std::to_string(p));
     const uint64_t seed = static_cast<uint64_t>(rng().integer(0, int64_t{1} << 62));
     const uint64_t offset = static_cast<uint64_t>(rng().integer(0, 1000000));

@@ -118,15 +118,19 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
 
 uint32_t dropout_threshold(double p) {
   need(p >= 0.0 && p <= 1.0, "dropout_threshold", "p outside [0, 1]");
-  return static_cast<uint32_t>(std::llround(p * 16777216.0));
+  return static_cast<uint32_t>(std::llround(p * 65536.0));
 }
 
+// Element i: the low (i even) or high (i odd) 16 bits of word (i / 2) % 4 of the call on
+// counter i / 8; kept iff those bits >= round(p · 2^16).
 bool dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, double p) {
-  const uint64_t g = i >> 2;
+  const uint64_t g = i >> 3;
   const auto r = philox4x32_10({static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
                                 static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)},
                                {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-  return (r[i & 3] >> 8) >= dropout_threshold(p);
+  const uint32_t w = r[(i >> 1) & 3];
+  const uint32_t u = (i & 1) ? w >> 16 : w & 0xFFFFu;
+  return u >= dropout_threshold(p);
 }
 
 std::vector<uint8_t> dropout_mask(size_t n, double p, uint64_t seed, uint64_t offset) {

@@ -30,7 +30,7 @@ std::vector<double> join_halves(std::span<const double> a, std::span<const doubl
 
 // ---- Philox 4x32-10 and dropout -----------------------------------------------------------
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
-uint32_t dropout_threshold(double p);  // round(p · 2^24)
+uint32_t dropout_threshold(double p);  // round(p · 2^16)
 // keep bit of element i (see include/tessel/dropout.hpp).
 bool dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, double p);
 std::vector<uint8_t> dropout_mask(size_t n, double p, uint64_t seed, uint64_t offset);
