@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(kBlock) act_kernel(Ptrs p, int64_t rows, int64
           y0.v[j] = from_f32<T>(to_f32(fg[u].v[j]) * d);
         }
       }
-      store_frag<VEC>(O0 + r * p.p0 + c, y0);
-      if constexpr (M == Mode::glu_bwd) store_frag<VEC>(O1 + r * p.p1 + c, y1);
+      store_frag_global<VEC>(O0 + r * p.p0 + c, y0);
+      if constexpr (M == Mode::glu_bwd) store_frag_global<VEC>(O1 + r * p.p1 + c, y1);
     }
   }
 }
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kBlock) act_flat_kernel(Ptrs p, int64_t nvec) 
       if constexpr (kHasG) y.v[j] = from_f32<T>(to_f32(fg[u].v[j]) * d);
       else y.v[j] = from_f32<T>(f);
     }
-    store_frag<VEC>(O0 + v * VEC, y);
+    store_frag_global<VEC>(O0 + v * VEC, y);
   }
 }
 

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kBlock)
     if (vec_index(u) >= nvec) continue;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) f[u].v[j] = from_f32<T>(apply<OP>(to_f32(f[u].v[j])));
-    store_frag<VEC>(y + vec_index(u) * VEC, f[u]);
+    store_frag_global<VEC>(y + vec_index(u) * VEC, f[u]);
   }
   // Tail of fewer than VEC elements.
   const int64_t tail = nvec * VEC + threadIdx.x;
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
     for (int j = 0; j < VEC; ++j)
       fa[u].v[j] = from_f32<T>(apply<OP>(to_f32(fa[u].v[j]), to_f32(fb[u].v[j])));
-    store_frag<VEC>(out + vec_index(u) * VEC, fa[u]);
+    store_frag_global<VEC>(out + vec_index(u) * VEC, fa[u]);
   }
   const int64_t tail = nvec * VEC + threadIdx.x;
   if (blockIdx.x == 0 && tail < n) {
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
       for (int j = 0; j < VEC; ++j)
         fa[u].v[j] = from_f32<T>(apply<OP>(to_f32(fa[u].v[j]), to_f32(fb.v[j])));
-      store_frag<VEC>(out + (r0 + u) * cols + c, fa[u]);
+      store_frag_global<VEC>(out + (r0 + u) * cols + c, fa[u]);
     }
   }
 }

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kBlock)
     }
 #pragma unroll
     for (int u = 0; u < kFwdTokUnroll; ++u)
-      if (t0 + u < n) store_frag<VEC>(out + (t0 + u) * o_pitch + c, f[u]);
+      if (t0 + u < n) store_frag_global<VEC>(out + (t0 + u) * o_pitch + c, f[u]);
   }
 }
 
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kBlock)
           Frag<W, kW> o;
 #pragma unroll
           for (int j = 0; j < kW; ++j) o.v[j] = from_f32<W>(acc[j0 + j]);
-          store_frag<kW>(dw + v * w_pitch + c + j0, o);
+          store_frag_global<kW>(dw + v * w_pitch + c + j0, o);
         }
       }
     }

@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
         for (int j = 0; j < VEC; ++j)
           if (j == tj) g[j] -= f.hit;
       }
-      store_frag<VEC>(dr + v * VEC, pack_frag<T, VEC>(g));
+      store_frag_global<VEC>(dr + v * VEC, pack_frag<T, VEC>(g));
     }
   }
   cluster.barrier_wait();

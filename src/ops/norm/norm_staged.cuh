@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kStagedBlock)
         const float xh = (xf.at(j) - mu) * rs;
         o.v[j] = from_f32<T>(rs * (gf.at(j) * w_cols[q].at(j) - fmaf(xh, m_gx, m_g)));
       }
-      store_frag<VEC>(dr + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(dr + int64_t{v} * VEC, o);
     }
     mu = mu_n;
     rs = rs_n;
@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
       Frag<T, VEC> o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(fmaf(f.at(j), scale, shift));
-      store_frag<VEC>(yr + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
     }
     cluster.barrier_wait();
     return;
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
       if (b != nullptr) y += bf.at(j);
       o.v[j] = from_f32<T>(y);
     }
-    store_frag<VEC>(yr + int64_t{v} * VEC, o);
+    store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
   }
   cluster.barrier_wait();
 }
@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kRingBlock)
       Frag<T, VEC> o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(f.at(j) * rstd * wf.at(j));
-      store_frag<VEC>(yr + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
     }
     __syncthreads();  // every thread is done reading this stage (and stats)
     if (tid == 0) {
@@ -729,7 +729,7 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
         if (dh != nullptr) r += hf.at(j);
         o.v[j] = from_f32<T>(r);
       }
-      store_frag<VEC>(dx + row * a.y_pitch + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(dx + row * a.y_pitch + int64_t{v} * VEC, o);
     }
     __syncthreads();  // every thread is done with stage s: refill it
     if (tid == 0) issue(k + stages);
@@ -949,7 +949,7 @@ __global__ void __launch_bounds__(kGnBwdBlock)
         const float xh = (xf.at(j) - mean) * rstd;
         o.v[j] = from_f32<T>(rstd * (gf.at(j) * wv - fmaf(xh, m_gx, m_g)));
       }
-      store_frag<VEC>(dr + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(dr + int64_t{v} * VEC, o);
     }
     __syncthreads();  // every thread is done with stage s: refill it
     if (tid == 0) issue(k + kGnBwdStages);
