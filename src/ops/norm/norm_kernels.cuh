@@ -347,11 +347,18 @@ struct FragRowRed {  // row_sum2's view of a register-row config
   static constexpr int CLUSTER = 1;
 };
 
+// LayerNorm re-reads its weight and bias vectors (L1 hits: 8-16 KB shared by every row) at
+// the store instead of holding them across the row loop: with w, b and x held it needed 76
+// registers (768 threads per SM), too few bytes in flight for the H200 (0.84 of copy).
+template <Mode M>
+constexpr bool kFwdStreamWB = M == Mode::ln;
+
 template <class RC, Mode M>
 constexpr int fwd_frags_min_blocks() {
   // RMS holds x and w (32 registers of fragments): 64 registers per thread, 1024 threads per
-  // SM. RMS+residual and LayerNorm hold one tensor more: up to 85 registers, 768 threads.
-  const int threads = M == Mode::rms ? 1024 : 768;
+  // SM; LayerNorm holds x only (kFwdStreamWB). RMS+residual holds one tensor more: up to 85
+  // registers, 768 threads.
+  const int threads = M == Mode::rms || kFwdStreamWB<M> ? 1024 : 768;
   return threads / RC::BLOCK > 0 ? threads / RC::BLOCK : 1;
 }
 
@@ -372,12 +379,15 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
   T* y = static_cast<T*>(a.y);
   const float inv_n = 1.f / static_cast<float>(a.cols);
   const int lane = threadIdx.x % RC::THREADS;
-  PFrag<T, VEC> ws[ITEMS], bs[ITEMS];
+  constexpr bool kStreamWB = kFwdStreamWB<M>;
+  PFrag<T, VEC> ws[kStreamWB ? 1 : ITEMS], bs[kStreamWB ? 1 : ITEMS];
+  if constexpr (!kStreamWB) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int64_t c = Row::col(i, lane);
-    ws[i].load(w + c, a.cols - c);
-    if (b != nullptr) bs[i].load(b + c, a.cols - c);
+    for (int i = 0; i < ITEMS; ++i) {
+      const int64_t c = Row::col(i, lane);
+      ws[i].load(w + c, a.cols - c);
+      if (b != nullptr) bs[i].load(b + c, a.cols - c);
+    }
   }
   int phase = 0;
 #pragma unroll 1
@@ -414,8 +424,10 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
     for (int i = 0; i < ITEMS; ++i) {
       xs[i].opaque();
       if constexpr (M == Mode::rms_add) rs[i].opaque();
-      ws[i].opaque();
-      if (b != nullptr) bs[i].opaque();
+      if constexpr (!kStreamWB) {
+        ws[i].opaque();
+        if (b != nullptr) bs[i].opaque();
+      }
     }
     float mean = 0.f, rstd;
     if constexpr (M == Mode::ln) {
@@ -433,14 +445,36 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
     if constexpr (M == Mode::rms_add)
       store_row<T, VEC, ITEMS, RC::THREADS>(static_cast<T*>(a.h) + g.row * a.h_pitch, n, g.lane,
                                             val);
-    if (b != nullptr)
+    if constexpr (kStreamWB) {
+      // Item i's weight / bias vectors, loaded when its first element is formed (store_row
+      // unrolls i and j, so the test is resolved at compile time).
+      PFrag<T, VEC> wi, bi;
+      if (b != nullptr)
+        store_row<T, VEC, ITEMS, RC::THREADS>(y + g.row * a.y_pitch, n, g.lane, [&](int i, int j) {
+          if (j == 0) {
+            const int64_t c = Row::col(i, g.lane);
+            wi.load(w + c, a.cols - c);
+            bi.load(b + c, a.cols - c);
+          }
+          return fmaf((val(i, j) - mean) * rstd, wi.at(j), bi.at(j));
+        });
+      else
+        store_row<T, VEC, ITEMS, RC::THREADS>(y + g.row * a.y_pitch, n, g.lane, [&](int i, int j) {
+          if (j == 0) {
+            const int64_t c = Row::col(i, g.lane);
+            wi.load(w + c, a.cols - c);
+          }
+          return (val(i, j) - mean) * rstd * wi.at(j);
+        });
+    } else if (b != nullptr) {
       store_row<T, VEC, ITEMS, RC::THREADS>(y + g.row * a.y_pitch, n, g.lane, [&](int i, int j) {
         return fmaf((val(i, j) - mean) * rstd, ws[i].at(j), bs[i].at(j));
       });
-    else
+    } else {
       store_row<T, VEC, ITEMS, RC::THREADS>(y + g.row * a.y_pitch, n, g.lane, [&](int i, int j) {
         return (val(i, j) - mean) * rstd * ws[i].at(j);
       });
+    }
   }
 }
 
