@@ -7,7 +7,7 @@
 //   group   : V ≤ 16384, a group of 32..1024 threads holds the row in registers (rows.cuh
 //             RowConfig): logits read once, dlogits written once.
 //   cluster : V > 16384, 16-byte aligned rows of ≤ 8 × 200 KB: a thread-block cluster of
-//             ⌈row bytes / 64 KB⌉ ≤ 8 CTAs, each bulk-copying (TMA) its slice of the row into
+//             ⌈row bytes / 48 KB⌉ ≤ 8 CTAs, each bulk-copying (TMA) its slice of the row into
 //             shared memory; the CTAs exchange their partial (max, Σexp, Σx, x_t) through
 //             distributed shared memory and write dlogits from shared memory. Logits read
 //             once, dlogits written once: 2·N·V·sizeof(T) bytes, the minimum (forward only:
@@ -197,7 +197,7 @@ __device__ __forceinline__ Frag<T, VEC> pack_frag(const float (&g)[VEC]) {
 // ---- cluster kernel: one cluster of CTAs per row, slices staged in shared memory ----------
 // Each CTA bulk-copies (TMA) its slice of the row into shared memory in kPieces pieces, folds
 // an online (max, Σexp) over each piece as it lands, exchanges the partials through
-// distributed shared memory, then writes dlogits from shared memory. Slices of ~64 KB keep 3
+// distributed shared memory, then writes dlogits from shared memory. Slices of ~48 KB (kSliceTarget) keep 5
 // CTAs per SM at different phases, so one CTA's reductions overlap others' copies (H100,
 // 4096 x 128256 bf16: the register version, 2 CTAs per SM with loads / reduce / stores in
 // lockstep, 0.48 of copy bandwidth; this kernel 0.84-0.85 with 32 or 64 KB slices, 0.80 with
@@ -205,7 +205,10 @@ __device__ __forceinline__ Frag<T, VEC> pack_frag(const float (&g)[VEC]) {
 constexpr int kClusterBlock = 256;
 constexpr int kClusterMax = 8;
 constexpr int kPieces = 4;
-constexpr int64_t kSliceTarget = 64 * 1024;  // bytes per CTA: 3 CTAs per SM
+// Bytes per CTA. H200 sweep (docs/loss_optim.md, session 12), 4096 x 128256 bf16: 48 KB (6
+// slices of 42 KB, 5 CTAs per SM) loss+dlogits 0.71-0.76 / forward only 1.00-1.01 of copy,
+// against 0.68-0.69 / 0.96 at 40 KB, 0.70 / 0.89-0.90 at 64 KB (3 per SM), 0.69 / 0.90 at 56.
+constexpr int64_t kSliceTarget = 48 * 1024;
 constexpr int64_t kSliceMax = 200 * 1024;    // of the 227 KB an SM offers one CTA
 
 // One CTA's slice of a row: bulk-copied into shared memory in kPieces pieces, folded into
@@ -566,7 +569,7 @@ __global__ void __launch_bounds__(kSmallBlock)
   }
 }
 
-// A row in ⌈row bytes / 64 KB⌉ <= kClusterMax slices of `chunk` elements (16-byte multiples);
+// A row in ⌈row bytes / kSliceTarget⌉ <= kClusterMax slices of `chunk` elements (16-byte multiples);
 // ok = false where a slice would pass kSliceMax or the grid 2^31 CTAs.
 struct Slices {
   int64_t count, chunk, smem;
