@@ -207,10 +207,12 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
       static const int cluster_req = [] {
         const char* e = std::getenv("TESSEL_NORM_BWD_CLUSTER");
         const int v = e ? std::atoi(e) : 0;
-        // Default (H100, 16384 x 4096 bf16, same run): RMS 0.871 / 0.892 / 0.897 / 0.877 and
-        // LN 0.808 / 0.874 / 0.858 / 0.837 of copy for clusters of 8 / 1 / 2 / 4.
+        // Default 1 (H100, 16384 x 4096 bf16, same run: RMS 0.871 / 0.892 / 0.897 / 0.877 and
+        // LN 0.808 / 0.874 / 0.858 / 0.837 of copy for clusters of 8 / 1 / 2 / 4; H200, two
+        // rounds: RMS 0.899 / 0.901 at 1, 0.890 / 0.885 at 2, 0.837 / 0.842 at 4; LN 0.842 /
+        // 0.807 / 0.742).
         const bool ok = v >= 1 && v <= kStagedCluster && (v & (v - 1)) == 0;
-        return ok ? v : (M == Mode::rms ? 2 : 1);
+        return ok ? v : 1;
       }();
       int cluster = a.rows >= cluster_req ? cluster_req : 1;
       int64_t resident = max_active_clusters(kernel, kStagedBlock, smem, cluster);
