@@ -26,8 +26,8 @@ constexpr int kGroups = 2;  // groups per thread (their calls share the round ke
 
 struct DropParams {
   uint32_t k0, k1, o0, o1;  // key (seed) and the high counter words (offset)
-  uint32_t thr_lo;          // threshold << 16: (w << 16) >= thr_lo tests the low half of w
-  uint32_t thr_hi;          // threshold << 16: w >= thr_hi tests the high half of w
+  uint32_t thr;             // threshold << 16: w >= thr tests the high half of a word w,
+                            // (w << 16) >= thr its low half
   float scale;
 };
 
@@ -70,7 +70,7 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int k) {
 // Element j (0..7) of a group: the low (j even) or high (j odd) 16 bits of word j / 2.
 __device__ __forceinline__ bool keep_of(const DropParams& prm, const uint4& r, int j) {
   const uint32_t w = word(r, j >> 1);
-  return (j & 1) ? w >= prm.thr_hi : (w << 16) >= prm.thr_lo;
+  return ((j & 1) ? w : w << 16) >= prm.thr;
 }
 
 // The element at logical index e (scalar path and tails).
@@ -167,7 +167,7 @@ void run(const char* op, const char* in_name, const char* out_name, const Tensor
   prm.k1 = static_cast<uint32_t>(seed >> 32);
   prm.o0 = static_cast<uint32_t>(offset);
   prm.o1 = static_cast<uint32_t>(offset >> 32);
-  prm.thr_lo = prm.thr_hi = static_cast<uint32_t>(thr) << 16;
+  prm.thr = static_cast<uint32_t>(thr) << 16;
   prm.scale = static_cast<float>(1.0 / (1.0 - p));
   detail::dispatch_float_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
