@@ -258,8 +258,13 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
 // at 32x512x64x64 bf16 (rows of 65536).
 constexpr int kFwdBlock = 256;
 constexpr int kFwdPieces = 4;
-constexpr int kFwdClusterMax = 8;
-constexpr int64_t kFwdSliceTarget = 64 * 1024;
+constexpr int kFwdClusterMax = 8;  // GroupNorm (its backward reads the peers in one sweep)
+// RMS / LayerNorm long rows: slices of 32 KB in clusters of up to 16 (non-portable; 6-7 CTAs
+// per SM). H100, 256 x 262144 bf16, two rounds (bench/results/h100/dev/session12/lr_*.json),
+// RMS / LN of copy: 32 KB x 16 0.833 / 0.844, 40 KB x 13 0.768 / 0.769, 48 KB x 11 0.782 /
+// 0.741, 64 KB x 8 0.731 / 0.705; the persistent RMS ring kernel (removed) 0.752 at 64 KB, 0.680 at 32 KB.
+constexpr int kFwdLongClusterMax = 16;
+constexpr int64_t kFwdSliceTarget = 32 * 1024;
 constexpr int64_t kFwdSliceMax = 200 * 1024;
 
 template <class T, Mode M>
@@ -409,139 +414,6 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   cluster.barrier_wait();
 }
 
-// Persistent form for RMSNorm (rows of one cluster's slices in a ring): each cluster walks rows
-// cid, cid + #clusters, ...; every CTA (1024 threads, one per SM) keeps kFwdRing slices of its
-// column range in shared memory, so the next rows' copies are in flight while this row is
-// reduced, combined over the cluster and written. H100, 256 x 262144 bf16: 0.773 of copy
-// bandwidth, the one-row-per-cluster kernel above 0.731 (and 0.615 with 256-thread CTAs here).
-// LayerNorm stays on that kernel: here it measured 0.683 with two passes over the slice and
-// 0.717 with one (its bias is re-read from L2 for every row; 0.719 there).
-constexpr int kFwdRing = 3;
-// One CTA per SM (the ring takes ~192 KB): 1024 threads keep enough stores in flight.
-constexpr int kRingBlock = 1024;
-
-template <class T, Mode M>
-__global__ void __launch_bounds__(kRingBlock)
-    norm_fwd_ring_kernel(const NormArgs a, int chunk, int stages) {
-  static_assert(M == Mode::rms, "RMSNorm only");
-  constexpr int VEC = kVec16<T>;
-  extern __shared__ __align__(128) unsigned char ring_raw[];
-  T* const ring = reinterpret_cast<T*>(ring_raw);
-  __shared__ uint64_t full[kFwdRing];
-  __shared__ float scratch[kRingBlock / 32];
-  __shared__ float part[1];  // Σx² of this CTA's slice
-  __shared__ float rstd_s;   // the row's
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int csize = static_cast<int>(cluster.num_blocks());
-  const int64_t cid = blockIdx.x / csize, nclusters = gridDim.x / csize;
-  const int64_t mine = cid < a.rows ? (a.rows - 1 - cid) / nclusters + 1 : 0;
-  const int64_t base = int64_t{rank} * chunk;
-  const int64_t left = a.cols - base;
-  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
-  const int nv = n / VEC;
-  const uint32_t slice_bytes = static_cast<uint32_t>(nv) * 16u;
-  const int tid = threadIdx.x;
-  const T* x = static_cast<const T*>(a.x);
-  auto stage_ptr = [&](int st) { return ring + int64_t{st} * chunk; };
-  auto issue = [&](int64_t k) {  // this CTA's slice of its k-th row into stage k % stages
-    if (k >= mine || slice_bytes == 0) return;
-    const int st = static_cast<int>(k % stages);
-    const int64_t row = cid + k * nclusters;
-    mbar_arrive_expect_tx(&full[st], slice_bytes);
-    bulk_copy_g2s(stage_ptr(st), x + row * a.x_pitch + base, slice_bytes, &full[st]);
-  };
-  if (tid == 0) {
-    for (int st = 0; st < stages; ++st) mbar_init(&full[st], 1);
-    mbar_init_fence();
-    for (int k = 0; k < stages; ++k) issue(k);
-  }
-  __syncthreads();
-  const T* w = static_cast<const T*>(a.w) + base;
-  const float inv_cols = 1.f / static_cast<float>(a.cols);
-  for (int64_t k = 0; k < mine; ++k) {
-    const int st = static_cast<int>(k % stages);
-    const int64_t row = cid + k * nclusters;
-    const T* slice = stage_ptr(st);
-    if (slice_bytes != 0) mbar_wait(&full[st], static_cast<uint32_t>((k / stages) & 1));
-    float ss = 0.f;
-    for (int v = tid; v < nv; v += kRingBlock) {
-      PFrag<T, VEC> f;
-      f.load(slice + v * VEC, VEC);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) ss = fmaf(f.at(j), f.at(j), ss);
-    }
-    ss = group_reduce<kRingBlock, kRingBlock>(ss, SumOp{}, scratch);
-    if (tid == 0) {
-      part[0] = ss;
-    }
-    cluster.sync();  // every CTA's part of this row is written
-    if (tid < 32) {  // lane r reads rank r's partial; fixed butterfly (deterministic)
-      const float q = tid < csize ? *cluster.map_shared_rank(part, tid) : 0.f;
-      const float var = warp_reduce<32>(q, SumOp{}) * inv_cols;
-      if (tid == 0) rstd_s = rsqrtf(var + a.eps);
-    }
-    __syncthreads();
-    cluster.barrier_arrive();  // done reading peers' part (they may overwrite it next row)
-    const float rstd = rstd_s;
-    if (rank == 0 && tid == 0 && a.rstd) a.rstd[row] = rstd;
-    T* yr = static_cast<T*>(a.y) + row * a.y_pitch + base;
-#pragma unroll 2
-    for (int v = tid; v < nv; v += kRingBlock) {
-      PFrag<T, VEC> f, wf;
-      f.load(slice + v * VEC, VEC);
-      wf.load(w + v * VEC, VEC);
-      Frag<T, VEC> o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(f.at(j) * rstd * wf.at(j));
-      store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
-    }
-    __syncthreads();  // every thread is done reading this stage (and stats)
-    if (tid == 0) {
-      // The copy engine (async proxy) overwrites what the threads just read (generic proxy).
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      issue(k + stages);
-    }
-    cluster.barrier_wait();
-  }
-}
-
-// Launches the ring kernel for RMSNorm rows that need a cluster (> one 64 KB slice);
-// false (nothing launched) when it does not apply. TESSEL_NORM_FWD_RING=0 keeps the
-// one-row-per-cluster kernel (A/B).
-template <class T, Mode M>
-bool launch_fwd_ring(const NormArgs& a, int64_t csize, int64_t chunk, cudaStream_t stream) {
-  if constexpr (M != Mode::rms) {
-    return false;
-  } else {
-    static const bool enabled = [] {
-      const char* e = std::getenv("TESSEL_NORM_FWD_RING");
-      return !(e && e[0] == '0');
-    }();
-    if (!enabled || csize < 2) return false;
-    const int64_t slice = chunk * int64_t{sizeof(T)};
-    const int stages = static_cast<int>(std::min<int64_t>(kFwdRing, kFwdSliceMax / slice));
-    if (stages < 2) return false;
-    const size_t smem = static_cast<size_t>(stages * slice);
-    auto kernel = norm_fwd_ring_kernel<T, M>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    const int64_t resident = max_active_clusters(kernel, kRingBlock, smem, static_cast<int>(csize));
-    if (resident <= 0) return false;
-    const int64_t clusters = std::min(a.rows, resident);
-    if (detail::launch_cluster(kernel, dim3(static_cast<unsigned>(clusters * csize)),
-                               dim3(kRingBlock), smem, static_cast<int>(csize), stream, a,
-                               static_cast<int>(chunk), stages) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return true;
-  }
-}
-
 // Launches the staged long-row forward when it applies (RMS / LN, 16-byte aligned rows longer
 // than the register paths; GroupNorm rows of >= kGnStagedMinCols with hw % VEC == 0; slices
 // <= 200 KB); false otherwise (nothing launched).
@@ -564,14 +436,21 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
     const int64_t kb = e ? std::atoll(e) : 0;
     return kb >= 4 && kb <= 192 ? kb * 1024 : kGnFwdSliceTarget;
   }();
-  const int64_t target = M == Mode::gn ? gn_target : kFwdSliceTarget;
+  // TESSEL_NORM_FWD_SLICE_KB=n: RMS / LayerNorm slice target (A/B).
+  static const int64_t fwd_target = [] {
+    const char* e = std::getenv("TESSEL_NORM_FWD_SLICE_KB");
+    const int64_t kb = e ? std::atoll(e) : 0;
+    return kb >= 4 && kb <= 192 ? kb * 1024 : kFwdSliceTarget;
+  }();
+  const int64_t target = M == Mode::gn ? gn_target : fwd_target;
+  const int64_t cmax = M == Mode::gn ? kFwdClusterMax : kFwdLongClusterMax;
   const int64_t csize =
-      std::min<int64_t>(kFwdClusterMax, std::max<int64_t>(1, (row_bytes + target - 1) / target));
+      std::min<int64_t>(cmax, std::max<int64_t>(1, (row_bytes + target - 1) / target));
   const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
   const int64_t smem = chunk * int64_t{sizeof(T)};
   if (smem > kFwdSliceMax || a.rows * csize >= (int64_t{1} << 31)) return false;
-  if (launch_fwd_ring<T, M>(a, csize, chunk, stream)) return true;
   auto kernel = norm_fwd_staged_kernel<T, M>;
+  if (csize > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
     cudaGetLastError();
