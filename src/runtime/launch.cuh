@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -14,35 +13,6 @@
 #include "tessel/launch.hpp"
 
 namespace tessel::detail {
-
-// Under dependent launch a kernel's CTAs may start on an SM while the previous kernel's still
-// run there, but only if the SM's shared-memory / L1 split already has room for them: an SM
-// changes its carveout only when it is idle. Kernels of one chain therefore all ask for the
-// largest shared-memory carveout, so a GEMM that stages 100-200 KB can start streaming its
-// weights beside a norm or attention kernel instead of after it. TESSEL_PDL_CARVEOUT=0 leaves
-// the driver's per-kernel choice (A/B).
-inline bool pdl_max_carveout() {
-  static const bool on = [] {
-    const char* e = std::getenv("TESSEL_PDL_CARVEOUT");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
-
-template <class... Params>
-void prefer_max_shared_carveout(void (*kernel)(Params...)) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return;
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), dev);
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert(key).second) return;
-  // A hint: failure leaves the driver's choice, which is correct, only slower.
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-    (void)cudaGetLastError();
-}
 
 template <class... Params, class... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
@@ -57,7 +27,6 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = dependent_launch() ? 1 : 0;
-  if (cfg.numAttrs && pdl_max_carveout()) prefer_max_shared_carveout(kernel);
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
