@@ -18,16 +18,17 @@ namespace {
 
 using detail::SmallMRingSplit;
 
-void check_split(int64_t slabs, int ksn, int grid) {
+void check_split(int64_t slabs, int ksn, int grid, int unit = 1) {
   SCOPED_TRACE("slabs=" + std::to_string(slabs) + " ksn=" + std::to_string(ksn) +
-               " grid=" + std::to_string(grid));
-  const SmallMRingSplit sp{slabs * ksn, ksn, grid};
+               " grid=" + std::to_string(grid) + " unit=" + std::to_string(unit));
+  const SmallMRingSplit sp{slabs * ksn, ksn, grid, unit};
   ASSERT_EQ(sp.start(0), 0);
   ASSERT_EQ(sp.start(grid), sp.total);
-  const int64_t lo = sp.total / grid;
+  const int64_t lo = sp.total / unit / grid * unit;
   for (int c = 0; c < grid; ++c) {
     const int64_t len = sp.start(c + 1) - sp.start(c);
-    EXPECT_TRUE(len == lo || len == lo + 1) << "CTA " << c << " run of " << len;
+    EXPECT_TRUE(len == lo || len == lo + unit) << "CTA " << c << " run of " << len;
+    EXPECT_EQ(sp.start(c) % unit, 0) << "CTA " << c;
   }
   // cta_of inverts start; consecutive stages never go back to an earlier CTA.
   int prev = 0;
@@ -47,6 +48,7 @@ void check_split(int64_t slabs, int ksn, int grid) {
   for (int64_t slab = 0; slab < slabs; ++slab) {
     const int first = sp.cta_of(slab * ksn), last = sp.cta_of(slab * ksn + ksn - 1);
     if (first == last) continue;  // whole in one CTA: written directly
+    EXPECT_NE(unit, ksn) << "slab " << slab << " cut between CTAs " << first << " and " << last;
     for (int c = first; c <= last; ++c) {
       const int64_t a = std::max(sp.start(c), slab * ksn);
       const int64_t b = std::min(sp.start(c + 1), (slab + 1) * ksn);
@@ -68,6 +70,34 @@ TEST(GemmSmallMSplit, EveryStageOnceSlotsDistinct) {
     for (int ksn : ksns)
       for (int64_t slabs : slab_counts)
         if (slabs * ksn >= grid) check_split(slabs, ksn, grid);  // the host's grid <= total
+}
+
+// Whole-slab runs (SmallMRingSplit::unit = ksn; the host's grid <= slabs then): no slab is cut,
+// runs differ by at most one slab.
+TEST(GemmSmallMSplit, WholeSlabRuns) {
+  const int grids[] = {1, 2, 7, 114, 132};
+  const int ksns[] = {1, 2, 3, 4, 14, 56};
+  const int64_t slab_counts[] = {1, 2, 9, 64, 131, 132, 133, 256, 1792, 8016};
+  for (int grid : grids)
+    for (int ksn : ksns)
+      for (int64_t slabs : slab_counts)
+        if (slabs >= grid) check_split(slabs, ksn, grid, ksn);
+}
+
+// The host's choice: whole slabs where the busiest CTA has at most ~10 % more stages than an
+// even split would give it (Llama decode weights on 132 SMs), else the even stage split.
+TEST(GemmSmallMSplit, WholeSlabRunsChoice) {
+  using detail::small_m_ring_grid;
+  using detail::small_m_ring_slab_runs;
+  for (int n : {2048, 4096, 6144, 16384, 28672, 128256}) {
+    EXPECT_TRUE(small_m_ring_slab_runs(n, 132)) << n;
+    EXPECT_EQ(small_m_ring_grid(n, 4096, 1024, 132), std::min(132, (n + 15) / 16)) << n;
+  }
+  // 40 slabs on 132 SMs (30 %), 192 / 200 slabs (2 on some CTAs: 73 / 76 %): the even split.
+  EXPECT_FALSE(small_m_ring_slab_runs(640, 132));
+  EXPECT_EQ(small_m_ring_grid(640, 14336, 1024, 132), 132);
+  EXPECT_FALSE(small_m_ring_slab_runs(3072, 132));
+  EXPECT_FALSE(small_m_ring_slab_runs(3200, 132));
 }
 
 // A CTA whose run lies inside one slab keeps that piece in slot 0; a slab cut in three is

@@ -554,6 +554,7 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   set_problem(p, pr, a, b, dptr, ldd, cptr, alpha, beta);
   p.stage_k = stage_k;
   p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.m, stage_k));
+  p.slab_runs = small_m_ring_slab_runs(pr.n, current_sm_count()) ? 1 : 0;
   p.partials = ws.partials;
   p.tickets = ws.tickets;
   TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, pr.bf16, stream));

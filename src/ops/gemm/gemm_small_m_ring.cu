@@ -24,13 +24,16 @@
 //                         operand, tokens = B operand) and its k permutation.
 //
 // Work split: the stages of all column slabs (16 rows × all of K) in slab-major order are cut
-// into `grid` contiguous, equal runs, one per CTA (persistent, no tail wave). A slab that one
+// into `grid` contiguous runs, one per CTA (persistent, no tail wave): whole slabs where that
+// balances within ~10 % (small_m_ring_slab_runs), else equal runs of stages. A slab that one
 // CTA covers is written directly; a slab cut between CTAs leaves fp32 partials and the last CTA
-// to finish it (atomic ticket) sums them in CTA order, so results are deterministic.
+// to finish it (atomic ticket) sums them in CTA order, so results are deterministic. (The cut
+// slabs' fence, ticket and partial loads kept CTAs ~3 us past their last stage on the H200.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/bulk_copy.cuh"
 #include "ops/gemm/gemm_small_m_common.cuh"
@@ -102,7 +105,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
 
   const int ksn = (p.k + kStageK - 1) / kStageK;
   const int slabs = (p.n + kRows - 1) / kRows;
-  const SmallMRingSplit split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x)};
+  const SmallMRingSplit split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x),
+                              p.slab_runs ? ksn : 1};
   const int64_t L0 = split.start(blockIdx.x);
   const int count = static_cast<int>(split.start(blockIdx.x + 1) - L0);
   const T* ga = static_cast<const T*>(p.a);
@@ -284,7 +288,19 @@ cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
 
 int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
 
+bool small_m_ring_slab_runs(int n, int sms) {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSEL_GEMM_SMALL_M_RING_SLABS");
+    return v == nullptr || v[0] != '0';
+  }();
+  const int64_t slabs = small_m_ring_slabs(n);
+  const int64_t grid = std::min<int64_t>(sms, slabs);
+  const int64_t most = (slabs + grid - 1) / grid;  // slabs of the busiest CTA
+  return on && slabs * 10 >= int64_t{sms} * most * 9;
+}
+
 int small_m_ring_grid(int n, int k, int stage_k, int sms) {
+  if (small_m_ring_slab_runs(n, sms)) return std::min(sms, small_m_ring_slabs(n));
   const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + stage_k - 1) / stage_k);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }

@@ -26,6 +26,7 @@ struct SmallMRingParams {
   int gated;          // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
   int stage_k;        // k per stage: 1024 or 2048
   int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k)
+  int slab_runs;      // small_m_ring_slab_runs: each CTA's run is whole slabs
   float* partials;    // [grid][2][m][16]: the CTAs' partial column slabs
   unsigned* tickets;  // [small_m_ring_slabs(n)], zero between launches
 };
@@ -40,16 +41,18 @@ constexpr int kSmallMRingMaxM = 8;
 
 // The ring kernel's work split (host and device; tests/test_gemm_small_m_split.cpp): the
 // `total` stages of all column slabs (`ksn` stages each, slab-major) cut into `grid` contiguous
-// runs of equal length (within one), one per CTA.
+// runs, one per CTA, of equal length (within one `unit`) in units of `unit` stages: 1, or ksn
+// (whole slabs: no slab is cut between CTAs).
 struct SmallMRingSplit {
   int64_t total;
   int ksn;
   int grid;
+  int unit = 1;
   // First stage of CTA c's run (start(grid) == total).
-  TESSEL_RING_HD int64_t start(int c) const { return int64_t{c} * total / grid; }
+  TESSEL_RING_HD int64_t start(int c) const { return int64_t{c} * (total / unit) / grid * unit; }
   // The CTA whose run holds stage L: the largest c with start(c) <= L.
   TESSEL_RING_HD int cta_of(int64_t L) const {
-    return static_cast<int>(((L + 1) * grid - 1) / total);
+    return static_cast<int>(((L / unit + 1) * grid - 1) / (total / unit));
   }
   // Where CTA c keeps its partial sums of `slab` when it holds only a piece of it: 0 for the
   // slab its run starts in, 1 for the slab its run ends in (a run holds at most those two
@@ -62,6 +65,12 @@ int small_m_ring_slabs(int n);
 int small_m_ring_max_stages(int m, int stage_k);
 // The most tokens the SwiGLU-fused (gated) variant takes.
 int small_m_ring_max_gated_m(int stage_k);
+// Whether CTAs take whole slabs (SmallMRingSplit::unit = ksn) for an n-row weight on `sms`
+// SMs: when that keeps the busiest CTA within ~10 % of an even stage split. A slab cut between
+// CTAs costs its finisher a fence, a ticket and the peers' partials after its last stage
+// (~3 us on the H200, timed per CTA), more than the imbalance.
+// TESSEL_GEMM_SMALL_M_RING_SLABS=0: never (A/B).
+bool small_m_ring_slab_runs(int n, int sms);
 // The grid (CTAs) for an (n, k) problem on `sms` SMs.
 int small_m_ring_grid(int n, int k, int stage_k, int sms);
 size_t small_m_ring_partial_bytes(int m, int grid);
