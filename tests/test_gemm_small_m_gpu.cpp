@@ -187,11 +187,13 @@ TEST_F(GemmSmallMGpu, EveryConfigMatchesFloat64) {
       {32, 136, 4096, DType::bf16, DType::f32, BLayout::kn, 1.f, -1.f},
       {9, 4104, 520, DType::f16, DType::f16, BLayout::kn},
       // M <= 8, B (N,K): the ring kernel's configs too — slabs cut across CTAs (one stage per
-      // CTA; ~2 per CTA with a 56-stage K), and for 8200 rows (513 slabs on 114-132 SMs) runs
-      // of whole slabs (small_m_ring_slab_runs), ragged last slab and K tail.
+      // CTA; ~2 per CTA with a 56-stage K), and runs of whole slabs (small_m_ring_slab_runs)
+      // on every SM for 8200 rows (513 slabs on 114-132 SMs) and on fewer CTAs for 3080 rows
+      // (193 slabs: 97 CTAs on 132 SMs), ragged last slab and K tail.
       {1, 136, 4096, DType::bf16, DType::f32, BLayout::nk, 0.75f, 0.5f},
       {8, 264, 14336, DType::f16, DType::f32, BLayout::nk},
       {5, 8200, 4104, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f, 0, /*in_place_c=*/true},
+      {2, 3080, 2056, DType::bf16, DType::bf16, BLayout::nk, 1.f, 0.5f},
   };
   for (Case c : shapes) {
     Problem p = make(c);

@@ -85,7 +85,8 @@ TEST(GemmSmallMSplit, WholeSlabRuns) {
 }
 
 // The host's choice: whole slabs where the busiest CTA has at most ~10 % more stages than an
-// even split would give it (Llama decode weights on 132 SMs), else the even stage split.
+// even split would give it (Llama decode weights on 132 SMs), or on fewer CTAs with equal
+// slab counts if >= 60 % of the SMs stay busy; else the even stage split.
 TEST(GemmSmallMSplit, WholeSlabRunsChoice) {
   using detail::small_m_ring_grid;
   using detail::small_m_ring_slab_runs;
@@ -93,11 +94,13 @@ TEST(GemmSmallMSplit, WholeSlabRunsChoice) {
     EXPECT_TRUE(small_m_ring_slab_runs(n, 132)) << n;
     EXPECT_EQ(small_m_ring_grid(n, 4096, 1024, 132), std::min(132, (n + 15) / 16)) << n;
   }
-  // 40 slabs on 132 SMs (30 %), 192 / 200 slabs (2 on some CTAs: 73 / 76 %): the even split.
+  EXPECT_EQ(small_m_ring_grid(3072, 2048, 1024, 132), 96);    // 192 slabs: 2 on each of 96
+  EXPECT_EQ(small_m_ring_grid(3200, 14336, 1024, 132), 100);  // 200 slabs
+  // 40 slabs (30 % of the SMs), 133 slabs (67 CTAs of 2): the even stage split on every SM.
   EXPECT_FALSE(small_m_ring_slab_runs(640, 132));
   EXPECT_EQ(small_m_ring_grid(640, 14336, 1024, 132), 132);
-  EXPECT_FALSE(small_m_ring_slab_runs(3072, 132));
-  EXPECT_FALSE(small_m_ring_slab_runs(3200, 132));
+  EXPECT_FALSE(small_m_ring_slab_runs(133 * 16, 132));
+  EXPECT_EQ(small_m_ring_grid(133 * 16, 4096, 1024, 132), 132);
 }
 
 // A CTA whose run lies inside one slab keeps that piece in slot 0; a slab cut in three is

@@ -25,7 +25,7 @@
 //
 // Work split: the stages of all column slabs (16 rows × all of K) in slab-major order are cut
 // into `grid` contiguous runs, one per CTA (persistent, no tail wave): whole slabs where that
-// balances within ~10 % (small_m_ring_slab_runs), else equal runs of stages. A slab that one
+// balances (small_m_ring_slab_runs), else equal runs of stages. A slab that one
 // CTA covers is written directly; a slab cut between CTAs leaves fp32 partials and the last CTA
 // to finish it (atomic ticket) sums them in CTA order, so results are deterministic. (The cut
 // slabs' fence, ticket and partial loads kept CTAs ~3 us past their last stage on the H200.)
@@ -288,19 +288,29 @@ cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
 
 int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
 
-bool small_m_ring_slab_runs(int n, int sms) {
+namespace {
+// CTAs for runs of whole slabs, 0 where the even stage split is kept: all SMs when the busiest
+// CTA gets at most ~10 % more than an even share; else as few CTAs as give every one the same
+// number of slabs (192 slabs: 96 CTAs of 2) if that keeps >= 60 % of the SMs streaming.
+int slab_grid(int n, int sms) {
   static const bool on = [] {
     const char* v = std::getenv("TESSEL_GEMM_SMALL_M_RING_SLABS");
     return v == nullptr || v[0] != '0';
   }();
+  if (!on) return 0;
   const int64_t slabs = small_m_ring_slabs(n);
-  const int64_t grid = std::min<int64_t>(sms, slabs);
-  const int64_t most = (slabs + grid - 1) / grid;  // slabs of the busiest CTA
-  return on && slabs * 10 >= int64_t{sms} * most * 9;
+  const int64_t most = (slabs + sms - 1) / sms;  // slabs of the busiest CTA
+  if (slabs * 10 >= int64_t{sms} * most * 9)
+    return static_cast<int>(std::min<int64_t>(sms, slabs));
+  const int64_t fewer = (slabs + most - 1) / most;
+  return fewer * 10 >= int64_t{sms} * 6 ? static_cast<int>(fewer) : 0;
 }
+}  // namespace
+
+bool small_m_ring_slab_runs(int n, int sms) { return slab_grid(n, sms) > 0; }
 
 int small_m_ring_grid(int n, int k, int stage_k, int sms) {
-  if (small_m_ring_slab_runs(n, sms)) return std::min(sms, small_m_ring_slabs(n));
+  if (const int g = slab_grid(n, sms); g > 0) return g;
   const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + stage_k - 1) / stage_k);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }
