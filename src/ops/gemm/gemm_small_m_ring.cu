@@ -300,8 +300,7 @@ int slab_grid(int n, int sms) {
   if (!on) return 0;
   const int64_t slabs = small_m_ring_slabs(n);
   const int64_t most = (slabs + sms - 1) / sms;  // slabs of the busiest CTA
-  if (slabs * 10 >= int64_t{sms} * most * 9)
-    return static_cast<int>(std::min<int64_t>(sms, slabs));
+  if (slabs * 10 >= int64_t{sms} * most * 9) return static_cast<int>(std::min<int64_t>(sms, slabs));
   const int64_t fewer = (slabs + most - 1) / most;
   return fewer * 10 >= int64_t{sms} * 6 ? static_cast<int>(fewer) : 0;
 }
