@@ -130,13 +130,6 @@ class Backend {
                          int64_t head_dim, const RowLayout& rows, Buf& out) = 0;
   // silu(gate)·up; gate and up may be column views (the halves of a fused gate|up output)
   virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;
-  // The SwiGLU MLP: gate_up = x · w_gate_upᵀ (rows, 2F, no bias), then silu_mul_matmul; gate_up
-  // and act are scratch. Backends may run it as one launch.
-  virtual void swiglu_mlp(const Buf& x, const Buf& w_gate_up, Buf& gate_up, int64_t F, Buf& act,
-                          const Buf& w_down, const Buf* bias, Buf& out) {
-    matmul(x, w_gate_up, nullptr, gate_up);
-    silu_mul_matmul(gate_up, F, act, w_down, bias, out);
-  }
   // The SwiGLU MLP's tail: act = silu(gate_up[:, :F]) · gate_up[:, F:], out = act · w_downᵀ
   // (+ bias). act is scratch of (rows, F); backends may fuse the two and not write it.
   virtual void silu_mul_matmul(const Buf& gate_up, int64_t F, Buf& act, const Buf& w_down,

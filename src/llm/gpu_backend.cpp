@@ -645,26 +645,6 @@ class GpuBackend final : public Backend {
     tessel::swiglu(mat(gate), mat(up), o, stream_);
     mark("silu_mul", 0, [&] { return dims(out); });
   }
-  // Decode rows the ring kernel takes (M <= 2, whole-slab runs; detail::gemm_small_m_mlp): the
-  // gate|up GEMM, the activation and the down GEMM in one launch whose weight stream runs on
-  // from gate|up into down (no launch gap, ramp or tail between them); bit for bit the two
-  // launches below with the same config. TESSEL_FUSE_MLP=0 keeps those.
-  void swiglu_mlp(const Buf& x, const Buf& w_gate_up, Buf& gate_up, int64_t F, Buf& act,
-                  const Buf& w_down, const Buf* bias, Buf& out) override {
-    if (fuse_mlp_ && fuse_swiglu_ && !(bias && *bias) && x.rows <= 2 && gate_up.cols == 2 * F &&
-        w_gate_up.rows == 2 * F && w_down.cols == F && out.rows == x.rows &&
-        out.cols == w_down.rows &&
-        detail::gemm_small_m_preferred(x.rows, w_gate_up.rows, false, detail::current_sm_count())) {
-      Tensor gu = mat(gate_up), o = mat(out);
-      if (detail::gemm_small_m_mlp(mat(x), mat(w_gate_up), gu, mat(w_down), o, stream_) >= 0) {
-        mark("matmul+silu_mul+matmul",
-             2.0 * static_cast<double>(w_gate_up.rows * w_gate_up.cols + w_down.rows * w_down.cols),
-             [&] { return dims(x) + " x " + dims(w_gate_up) + " x " + dims(w_down); });
-        return;
-      }
-    }
-    Backend::swiglu_mlp(x, w_gate_up, gate_up, F, act, w_down, bias, out);
-  }
   // Decode rows (M <= 32, no bias, small-M kernel): the activation is computed inside the down
   // GEMM's A staging (detail::gemm_small_m_swiglu, bit-identical to swiglu + gemm): one launch
   // fewer per layer. TESSEL_FUSE_SWIGLU=0 keeps the two launches.
@@ -868,10 +848,6 @@ class GpuBackend final : public Backend {
   }();
   const bool fuse_swiglu_ = [] {  // TESSEL_FUSE_SWIGLU=0: separate activation launch
     const char* e = std::getenv("TESSEL_FUSE_SWIGLU");
-    return !(e && std::string(e) == "0");
-  }();
-  const bool fuse_mlp_ = [] {  // TESSEL_FUSE_MLP=0: gate|up and down as two launches
-    const char* e = std::getenv("TESSEL_FUSE_MLP");
     return !(e && std::string(e) == "0");
   }();
   // KV pool

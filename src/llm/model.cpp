@@ -496,7 +496,8 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
       b.matmul(s.att, l.wo, opt(l.bo), s.proj);
       add_norm(s.x, s.proj, l.ffn_norm, l.ffn_norm_b, s.xn);
       if (c.ffn == FfnKind::silu_gated) {
-        b.swiglu_mlp(s.xn, l.w_up, s.ffn, F, s.act, l.w_down, opt(l.b_down), s.proj);
+        b.matmul(s.xn, l.w_up, nullptr, s.ffn);
+        b.silu_mul_matmul(s.ffn, F, s.act, l.w_down, opt(l.b_down), s.proj);
       } else {
         b.matmul(s.xn, l.w_up, opt(l.b_up), s.ffn);
         b.gelu(s.ffn);

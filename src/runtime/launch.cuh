@@ -30,27 +30,6 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// launch_dependent with every CTA resident at once (cooperative launch): for kernels with a
-// grid-wide barrier; fails (cudaErrorCooperativeLaunchTooLarge) rather than hang when the grid
-// does not fit.
-template <class... Params, class... Args>
-cudaError_t launch_dependent_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block,
-                                         size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent_launch() ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
 // Launch in thread-block clusters of `cluster` (>= 1) CTAs along x (grid.x a multiple of it).
 // The caller opts the kernel in to > 48 KB of shared memory / non-portable cluster sizes.
 template <class... Params, class... Args>

@@ -379,18 +379,14 @@ struct Workspace {
 };
 
 struct WorkspaceView {
-  unsigned* grid_bar = nullptr;  // the two-phase ring launch's grid barrier {count, generation}
   unsigned* tickets = nullptr;
   float* partials = nullptr;
 };
 
-constexpr size_t kHeaderBytes = 256;
-size_t ticket_bytes(size_t count) {
-  return kHeaderBytes + (count * sizeof(unsigned) + 255) / 256 * 256;
-}
+size_t ticket_bytes(size_t count) { return (count * sizeof(unsigned) + 255) / 256 * 256; }
 
-// [header: grid barrier][tickets (zero between launches: the last block of each slab resets
-// its ticket)][partials (scratch)]. Returns nullptrs if the workspace must grow but cannot
+// [tickets (zero between launches: the last block of each slab resets its ticket)]
+// [partials (scratch)]. Returns {nullptr, nullptr} if the workspace must grow but cannot
 // (stream capture).
 WorkspaceView workspace(cudaStream_t stream, size_t tickets, size_t partial_bytes, bool capturing) {
   static std::mutex mu;
@@ -414,8 +410,7 @@ WorkspaceView workspace(cudaStream_t stream, size_t tickets, size_t partial_byte
     w.tickets = cap;
   }
   WorkspaceView v;
-  v.grid_bar = static_cast<unsigned*>(w.ptr);
-  v.tickets = reinterpret_cast<unsigned*>(static_cast<char*>(w.ptr) + kHeaderBytes);
+  v.tickets = static_cast<unsigned*>(w.ptr);
   v.partials = reinterpret_cast<float*>(static_cast<char*>(w.ptr) + ticket_bytes(w.tickets));
   return v;
 }
@@ -562,10 +557,7 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   p.slab_runs = small_m_ring_slab_runs(pr.n, current_sm_count()) ? 1 : 0;
   p.partials = ws.partials;
   p.tickets = ws.tickets;
-  SmallMRingLaunch q{};
-  q.phase[0] = p;
-  q.phases = 1;
-  TESSEL_CUDA_CHECK(small_m_ring_launch(q, grid, pr.bf16, stream));
+  TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, pr.bf16, stream));
   return true;
 }
 
@@ -794,50 +786,6 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;
-}
-
-int gemm_small_m_mlp(const Tensor& x, const Tensor& w_gate_up, Tensor& gate_up,
-                     const Tensor& w_down, Tensor& d, cudaStream_t stream, int config) {
-  if (gate_up.ndim != 2 || w_down.ndim != 2 || gate_up.strides[1] != 1) return -1;
-  const int64_t f = w_down.shape[1];
-  if (gate_up.shape[1] != 2 * f || f % 8 != 0) return -1;
-  const GemmOptions opt;  // B (N,K), alpha 1, no C
-  Problem p0 = describe(x, w_gate_up, gate_up, opt);
-  Tensor a1 = gate_up;  // the gate half, (M, F) with gate_up's row pitch
-  a1.shape[1] = f;
-  Problem p1 = describe(a1, w_down, d, opt);
-  if (!p0.ok || !p1.ok || p0.kn || p1.kn || p0.m != p1.m || p0.bf16 != p1.bf16) return -1;
-  p1.gated = true;
-  if (config < 0 || config >= kNumConfigs) config = choose(p0, x, w_gate_up, gate_up, stream);
-  if (!is_ring_config(config) || !ring_applies(p0, config) || !ring_applies(p1, config)) return -1;
-  // Whole slabs in both phases on phase 0's grid: every output element is then summed by one
-  // CTA in the same order as in the separate launches, whichever CTA it is.
-  const int stage_k = ring_stage_k(config), sms = current_sm_count();
-  const int grid = small_m_ring_grid(p0.n, p0.k, stage_k, sms);
-  if (!small_m_ring_slab_runs(p0.n, sms) || !small_m_ring_slab_runs_on(p1.n, grid)) return -1;
-  const size_t slabs0 = size_t(small_m_ring_slabs(p0.n));
-  const size_t part = small_m_ring_partial_bytes(p0.m, grid);
-  const WorkspaceView ws =
-      workspace(stream, slabs0 + size_t(small_m_ring_slabs(p1.n)), 2 * part, is_capturing(stream));
-  if (ws.tickets == nullptr) return -1;
-  SmallMRingLaunch q{};
-  q.phases = 2;
-  q.grid_bar = ws.grid_bar;
-  const Problem* pr[2] = {&p0, &p1};
-  const void* a[2] = {x.data, a1.data};
-  const void* b[2] = {w_gate_up.data, w_down.data};
-  void* out[2] = {gate_up.data, d.data};
-  for (int ph = 0; ph < 2; ++ph) {
-    SmallMRingParams& p = q.phase[ph];
-    set_problem(p, *pr[ph], a[ph], b[ph], out[ph], pr[ph]->ldd, nullptr, 1.f, 0.f);
-    p.stage_k = stage_k;
-    p.stages = std::min(ring_stages(config), small_m_ring_max_stages(p0.m, stage_k));
-    p.slab_runs = 1;
-    p.partials = reinterpret_cast<float*>(reinterpret_cast<char*>(ws.partials) + ph * part);
-    p.tickets = ws.tickets + (ph ? slabs0 : 0);
-  }
-  TESSEL_CUDA_CHECK(small_m_ring_launch(q, grid, p0.bf16, stream));
-  return config;
 }
 
 }  // namespace tessel::detail

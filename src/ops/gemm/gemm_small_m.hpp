@@ -47,20 +47,6 @@ bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms);
 bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
                          cudaStream_t stream, int config = -1);
 
-// A SwiGLU MLP of decode rows in one launch of the ring kernel (two phases with a grid
-// barrier between them; the weight stream runs on across it):
-//   gate_up = x · w_gate_upᵀ   (M, 2F): [gate | up], written (it is phase 1's input)
-//   d       = (silu(gate) ⊙ up) · w_downᵀ
-// x (M, K) and the weights (N, K) row-major (nn.Linear), 16-bit; d f32/f16/bf16. Bit for bit
-// gemm_small_m_with_config(x, w_gate_up, gate_up, config) followed by
-// gemm_small_m_swiglu(gate_up, w_down, d, config). `config` as there (-1: the autotuner's
-// choice for the gate|up problem). Returns the config it ran, or -1 without launching when it
-// does not apply: not a ring config, M above the ring's SwiGLU prologue (2 tokens at 1024 k),
-// either weight's slabs not splitting into whole-slab runs on the grid, or a workspace that
-// would have to grow during graph capture; the caller then runs the two launches.
-int gemm_small_m_mlp(const Tensor& x, const Tensor& w_gate_up, Tensor& gate_up,
-                     const Tensor& w_down, Tensor& d, cudaStream_t stream, int config = -1);
-
 // Tuning hooks (benchmarks, tests, `tessel tune`): number of candidate configs, a config's
 // description, and a launch with a forced config (-1: the autotuner's choice). Same
 // contract as gemm_small_m.

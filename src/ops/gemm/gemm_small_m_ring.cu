@@ -75,182 +75,119 @@ __device__ __forceinline__ void mma_warps_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kMmaWarps * 32) : "memory");
 }
 
-// This CTA's run of a phase's stages (SmallMRingSplit over all of its column slabs).
-struct Run {
-  SmallMRingSplit split;
-  int ksn;
-  int64_t L0;
-  int count;
-};
-template <int kStageK>
-__device__ __forceinline__ Run run_of(const SmallMRingParams& p) {
-  Run r;
-  r.ksn = (p.k + kStageK - 1) / kStageK;
-  const int slabs = (p.n + kRows - 1) / kRows;
-  r.split = SmallMRingSplit{int64_t{slabs} * r.ksn, r.ksn, static_cast<int>(gridDim.x),
-                            p.slab_runs ? r.ksn : 1};
-  r.L0 = r.split.start(blockIdx.x);
-  r.count = static_cast<int>(r.split.start(blockIdx.x + 1) - r.L0);
-  return r;
-}
-
-// The phase's parameters as register values (a runtime-indexed kernel parameter would be
-// copied to local memory).
-__device__ __forceinline__ SmallMRingParams phase_params(const SmallMRingLaunch& q, int ph) {
-  return ph == 0 ? q.phase[0] : q.phase[1];
-}
-
-// Grid barrier between the phases ({count, generation}; every CTA is resident: one per SM,
-// cooperative launch). The last CTA to arrive resets the count and bumps the generation.
-__device__ __forceinline__ void grid_arrive(unsigned* bar) {
-  if (atomicAdd(&bar[0], 1u) == gridDim.x - 1) {
-    atomicExch(&bar[0], 0u);
-    __threadfence();
-    atomicAdd(&bar[1], 1u);
-  }
-}
-__device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned gen) {
-  if ((threadIdx.x & 31) == 0) {
-    unsigned g;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 1) : "memory");
-    } while (g == gen);
-  }
-  __syncwarp();
-  __threadfence();
-}
-
 template <class T, int kStageK>
-__global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingLaunch q) {
+__global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
   constexpr int kPitch = pitch_of(kStageK);
   constexpr int kStageWBytes = kRows * kPitch;
   constexpr int kWarpK = kStageK / kMmaWarps;  // each MMA warp's k range in a stage
   extern __shared__ __align__(128) unsigned char smem[];
-  // Ring depth and tokens are the launch's (both phases have them).
-  const int S = q.phase[0].stages, m = q.phase[0].m;
-  const int stage_a_bytes = m * kPitch;
+  const int S = p.stages;
+  const int stage_a_bytes = p.m * kPitch;
   unsigned char* wring = smem;
   unsigned char* aring = smem + size_t(S) * kStageWBytes;
   float* red = reinterpret_cast<float*>(aring + size_t(S) * stage_a_bytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(red + kRedFloats);
   uint64_t* empty = full + S;
-  __shared__ unsigned s_last, s_gen;
+  __shared__ unsigned s_last;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    // full: the producer's expect-tx arrival + every A-warp lane's (lane 0 with the bulk
-    // copies' bytes when it copies); empty: one arrival per MMA warp.
+    // full: the producer's expect-tx arrival + the A warps' (every lane when they store with
+    // st.shared, lane 0 when they issue bulk copies); empty: one arrival per MMA warp.
+    const unsigned a_arrivals = p.gated ? kActWarps * 32 : kActWarps;
     for (int s = 0; s < S; ++s) {
-      mbar_init(&full[s], 1 + kActWarps * 32);
+      mbar_init(&full[s], 1 + a_arrivals);
       mbar_init(&empty[s], kMmaWarps);
     }
     mbar_init_fence();
-    // The generation before this launch's barrier (it cannot move before this CTA arrives).
-    if (q.phases > 1) s_gen = *static_cast<volatile unsigned*>(q.grid_bar + 1);
   }
   __syncthreads();
 
-  // The ring's stage counter `it` runs on across the phases: the producer streams phase 1's
-  // weight while phase 0 finishes (its stages never wait for the grid barrier).
+  const int ksn = (p.k + kStageK - 1) / kStageK;
+  const int slabs = (p.n + kRows - 1) / kRows;
+  const SmallMRingSplit split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x),
+                              p.slab_runs ? ksn : 1};
+  const int64_t L0 = split.start(blockIdx.x);
+  const int count = static_cast<int>(split.start(blockIdx.x + 1) - L0);
+  const T* ga = static_cast<const T*>(p.a);
+
   if (warp == kProducerWarp) {
     const uint64_t policy = l2_evict_first_policy();
-    int it = 0;
-    for (int ph = 0; ph < q.phases; ++ph) {
-      const SmallMRingParams p = phase_params(q, ph);
-      const Run r = run_of<kStageK>(p);
-      const char* b = static_cast<const char*>(p.b);
-      for (int i = 0; i < r.count; ++i, ++it) {
-        const int s = it % S;
-        if (it >= S) mbar_wait(&empty[s], ((it / S) + 1) & 1);
-        const int64_t L = r.L0 + i;
-        const int row0 = static_cast<int>(L / r.ksn) * kRows;
-        const int k0 = static_cast<int>(L % r.ksn) * kStageK;
-        const int kc = min(kStageK, p.k - k0), rows = min(kRows, p.n - row0);
-        if (lane == 0) mbar_arrive_expect_tx(&full[s], uint32_t(rows) * kc * 2);
-        __syncwarp();
-        for (int rr = lane; rr < rows; rr += 32)
-          bulk_copy_g2s_hint(wring + size_t(s) * kStageWBytes + rr * kPitch,
-                             b + (int64_t{row0} + rr) * p.ldb * 2 + int64_t{k0} * 2, kc * 2,
-                             &full[s], policy);
-      }
+    const char* b = static_cast<const char*>(p.b);
+    for (int i = 0; i < count; ++i) {
+      const int s = i % S;
+      if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+      const int64_t L = L0 + i;
+      const int row0 = static_cast<int>(L / ksn) * kRows, k0 = static_cast<int>(L % ksn) * kStageK;
+      const int kc = min(kStageK, p.k - k0), rows = min(kRows, p.n - row0);
+      if (lane == 0) mbar_arrive_expect_tx(&full[s], uint32_t(rows) * kc * 2);
+      __syncwarp();
+      for (int r = lane; r < rows; r += 32)
+        bulk_copy_g2s_hint(wring + size_t(s) * kStageWBytes + r * kPitch,
+                           b + (int64_t{row0} + r) * p.ldb * 2 + int64_t{k0} * 2, kc * 2, &full[s],
+                           policy);
     }
     return;
   }
 
   if (warp > kProducerWarp) {
     const int aw = warp - kProducerWarp - 1;
-    int it = 0;
-    for (int ph = 0; ph < q.phases; ++ph) {
-      const SmallMRingParams p = phase_params(q, ph);
-      const Run r = run_of<kStageK>(p);
-      const T* ga = static_cast<const T*>(p.a);
-      if (ph == 0)
-        tile::wait_prior_grid();  // A is the previous kernel's output
-      else
-        grid_wait(q.grid_bar, s_gen);  // A is phase 0's output, from every CTA
-      if (!p.gated) {
-        int tokens = 0;
-        for (int tok = aw; tok < m; tok += kActWarps) ++tokens;
-        for (int i = 0; i < r.count; ++i, ++it) {
-          const int s = it % S;
-          if (it >= S) mbar_wait(&empty[s], ((it / S) + 1) & 1);
-          if (lane != 0) {
-            mbar_arrive(&full[s]);
-            continue;
-          }
-          const int k0 = static_cast<int>((r.L0 + i) % r.ksn) * kStageK;
-          const int kc = min(kStageK, p.k - k0);
-          mbar_arrive_expect_tx(&full[s], uint32_t(tokens) * kc * 2);
-          for (int tok = aw; tok < m; tok += kActWarps)
-            bulk_copy_g2s(aring + size_t(s) * stage_a_bytes + tok * kPitch,
-                          ga + int64_t{tok} * p.lda + k0, kc * 2, &full[s]);
-        }
-        continue;
+    tile::wait_prior_grid();  // A is the previous kernel's output
+    if (!p.gated) {
+      if (lane != 0) return;
+      int tokens = 0;
+      for (int tok = aw; tok < p.m; tok += kActWarps) ++tokens;
+      for (int i = 0; i < count; ++i) {
+        const int s = i % S;
+        if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+        const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+        mbar_arrive_expect_tx(&full[s], uint32_t(tokens) * kc * 2);
+        for (int tok = aw; tok < p.m; tok += kActWarps)
+          bulk_copy_g2s(aring + size_t(s) * stage_a_bytes + tok * kPitch,
+                        ga + int64_t{tok} * p.lda + k0, kc * 2, &full[s]);
       }
-      // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in
-      // registers (L2: the previous kernel or phase just wrote them), silu(g)·u rounded as
-      // tessel::swiglu rounds.
-      constexpr int kPieces = kGatedPieces;
-      uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
-      auto piece = [&](int pc, int& tok, int& kk) {
-        const int id = lane + 32 * aw + 32 * kActWarps * pc;
-        tok = id / (kStageK / 8);
-        kk = (id % (kStageK / 8)) * 8;
-      };
-      auto load = [&](int i, uint4(&gv)[kPieces], uint4(&uv)[kPieces]) {
-        const int k0 = static_cast<int>((r.L0 + i) % r.ksn) * kStageK;
-        const int kc = min(kStageK, p.k - k0);
+      return;
+    }
+    // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in registers
+    // (L2: the previous kernel just wrote them), silu(g)·u rounded as tessel::swiglu rounds.
+    constexpr int kPieces = kGatedPieces;
+    uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
+    auto piece = [&](int q, int& tok, int& kk) {
+      const int id = lane + 32 * aw + 32 * kActWarps * q;
+      tok = id / (kStageK / 8);
+      kk = (id % (kStageK / 8)) * 8;
+    };
+    auto load = [&](int i, uint4(&gv)[kPieces], uint4(&uv)[kPieces]) {
+      const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
 #pragma unroll
-        for (int pc = 0; pc < kPieces; ++pc) {
-          int tok, kk;
-          piece(pc, tok, kk);
-          gv[pc] = uv[pc] = make_uint4(0u, 0u, 0u, 0u);
-          if (tok < m && kk < kc) {
-            const T* src = ga + int64_t{tok} * p.lda + k0 + kk;
-            gv[pc] = __ldcg(reinterpret_cast<const uint4*>(src));
-            uv[pc] = __ldcg(reinterpret_cast<const uint4*>(src + p.k));
-          }
+      for (int q = 0; q < kPieces; ++q) {
+        int tok, kk;
+        piece(q, tok, kk);
+        gv[q] = uv[q] = make_uint4(0u, 0u, 0u, 0u);
+        if (tok < p.m && kk < kc) {
+          const T* src = ga + int64_t{tok} * p.lda + k0 + kk;
+          gv[q] = __ldcg(reinterpret_cast<const uint4*>(src));
+          uv[q] = __ldcg(reinterpret_cast<const uint4*>(src + p.k));
         }
-      };
-      if (r.count > 0) load(0, gn, un);
-      for (int i = 0; i < r.count; ++i, ++it) {
-#pragma unroll
-        for (int pc = 0; pc < kPieces; ++pc) gc[pc] = gn[pc], uc[pc] = un[pc];
-        if (i + 1 < r.count) load(i + 1, gn, un);
-        const int s = it % S;
-        if (it >= S) mbar_wait(&empty[s], ((it / S) + 1) & 1);
-        const int k0 = static_cast<int>((r.L0 + i) % r.ksn) * kStageK;
-        const int kc = min(kStageK, p.k - k0);
-#pragma unroll
-        for (int pc = 0; pc < kPieces; ++pc) {
-          int tok, kk;
-          piece(pc, tok, kk);
-          if (tok < m && kk < kc)
-            *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch + kk * 2) =
-                swiglu8<T>(gc[pc], uc[pc]);
-        }
-        mbar_arrive(&full[s]);
       }
+    };
+    if (count > 0) load(0, gn, un);
+    for (int i = 0; i < count; ++i) {
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) gc[q] = gn[q], uc[q] = un[q];
+      if (i + 1 < count) load(i + 1, gn, un);
+      const int s = i % S;
+      if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
+      const int k0 = static_cast<int>((L0 + i) % ksn) * kStageK, kc = min(kStageK, p.k - k0);
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) {
+        int tok, kk;
+        piece(q, tok, kk);
+        if (tok < p.m && kk < kc)
+          *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch + kk * 2) =
+              swiglu8<T>(gc[q], uc[q]);
+      }
+      mbar_arrive(&full[s]);
     }
     return;
   }
@@ -260,107 +197,91 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   tile::allow_next_grid();
   const int g = lane >> 2, t = lane & 3;
   const int tid = threadIdx.x;
-  int it = 0;
-  for (int ph = 0; ph < q.phases; ++ph) {
-    const SmallMRingParams p = phase_params(q, ph);
-    const Run r = run_of<kStageK>(p);
-    const int ksn = r.ksn;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    int seg_ks0 = 0;  // first stage (k index) of the current slab segment
-    for (int i = 0; i < r.count; ++i, ++it) {
-      const int s = it % S;
-      const int64_t L = r.L0 + i;
-      const int64_t slab = L / ksn;
-      const int ks = static_cast<int>(L % ksn);
-      const int kc = min(kStageK, p.k - ks * kStageK);
-      if (i == 0 || ks == 0) seg_ks0 = ks;
-      mbar_wait(&full[s], (it / S) & 1);
-      const unsigned char* wrow = wring + size_t(s) * kStageWBytes + g * kPitch;
-      const unsigned char* arow = aring + size_t(s) * stage_a_bytes + g * kPitch;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  int seg_ks0 = 0;  // first stage (k index) of the current slab segment
+  for (int i = 0; i < count; ++i) {
+    const int s = i % S;
+    const int64_t L = L0 + i;
+    const int64_t slab = L / ksn;
+    const int ks = static_cast<int>(L % ksn);
+    const int kc = min(kStageK, p.k - ks * kStageK);
+    if (i == 0 || ks == 0) seg_ks0 = ks;
+    mbar_wait(&full[s], (i / S) & 1);
+    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + g * kPitch;
+    const unsigned char* arow = aring + size_t(s) * stage_a_bytes + g * kPitch;
 #pragma unroll
-      for (int u = 0; u < kWarpK / 32; ++u) {
-        const int kk = warp * kWarpK + u * 32 + 8 * t;
-        uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
-        if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
-          w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
-          w1 = *reinterpret_cast<const uint4*>(wrow + 8 * kPitch + kk * 2);
-          if (g < m) x = *reinterpret_cast<const uint4*>(arow + kk * 2);
-        }
+    for (int u = 0; u < kWarpK / 32; ++u) {
+      const int kk = warp * kWarpK + u * 32 + 8 * t;
+      uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
+      if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
+        w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
+        w1 = *reinterpret_cast<const uint4*>(wrow + 8 * kPitch + kk * 2);
+        if (g < p.m) x = *reinterpret_cast<const uint4*>(arow + kk * 2);
+      }
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1),
-                      word(w1, 2 * h + 1), word(x, 2 * h), word(x, 2 * h + 1));
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
-      if (ks != ksn - 1 && i != r.count - 1) continue;
-
-      // End of this CTA's segment of `slab`: sum the warps' k ranges in warp order, write or
-      // leave a partial.
-      {
-        float* rw = red + warp * kTokens * kRows;
-        rw[(2 * t) * kRows + g] = acc[0];
-        rw[(2 * t + 1) * kRows + g] = acc[1];
-        rw[(2 * t) * kRows + g + 8] = acc[2];
-        rw[(2 * t + 1) * kRows + g + 8] = acc[3];
-        acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
-      }
-      mma_warps_sync();
-      const int row0 = static_cast<int>(slab) * kRows;
-      const bool whole = seg_ks0 == 0 && ks == ksn - 1;
-      const int slot = r.split.slot(blockIdx.x, slab);
-      for (int e = tid; e < m * kRows; e += kMmaWarps * 32) {
-        const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
-        if (n >= p.n) continue;
-        float v = 0.f;
-        for (int w = 0; w < kMmaWarps; ++w) v += red[(w * kTokens + tok) * kRows + rl];
-        if (whole)
-          epilogue(p, tok, n, v);
-        else
-          p.partials[((int64_t{blockIdx.x} * 2 + slot) * m + tok) * kRows + rl] = v;
-      }
-      if (!whole) {
-        __threadfence();
-        mma_warps_sync();
-        const int c_first = r.split.cta_of(slab * ksn);
-        const int c_last = r.split.cta_of(slab * ksn + ksn - 1);
-        if (tid == 0) s_last = atomicAdd(&p.tickets[slab], 1u) == unsigned(c_last - c_first);
-        mma_warps_sync();
-        if (s_last) {
-          __threadfence();
-          for (int e = tid; e < m * kRows; e += kMmaWarps * 32) {
-            const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
-            if (n >= p.n) continue;
-            float v = 0.f;
-            for (int c = c_first; c <= c_last; ++c)
-              v += __ldcg(
-                  &p.partials[((int64_t{c} * 2 + r.split.slot(c, slab)) * m + tok) * kRows + rl]);
-            epilogue(p, tok, n, v);
-          }
-          if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
-        }
-      }
-      mma_warps_sync();  // red and s_last are reused by the next segment
+      for (int h = 0; h < 2; ++h)
+        Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1), word(w1, 2 * h + 1),
+                    word(x, 2 * h), word(x, 2 * h + 1));
     }
-    if (ph + 1 < q.phases) {
-      // This CTA's part of phase ph is written (cut slabs by their finishers, before their
-      // tickets): publish it to the next phase's A warps of every CTA.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (ks != ksn - 1 && i != count - 1) continue;
+
+    // End of this CTA's segment of `slab`: sum the warps' k ranges in warp order, write or
+    // leave a partial.
+    {
+      float* r = red + warp * kTokens * kRows;
+      r[(2 * t) * kRows + g] = acc[0];
+      r[(2 * t + 1) * kRows + g] = acc[1];
+      r[(2 * t) * kRows + g + 8] = acc[2];
+      r[(2 * t + 1) * kRows + g + 8] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    }
+    mma_warps_sync();
+    const int row0 = static_cast<int>(slab) * kRows;
+    const bool whole = seg_ks0 == 0 && ks == ksn - 1;
+    const int slot = split.slot(blockIdx.x, slab);
+    for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
+      const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+      if (n >= p.n) continue;
+      float v = 0.f;
+      for (int w = 0; w < kMmaWarps; ++w) v += red[(w * kTokens + tok) * kRows + rl];
+      if (whole)
+        epilogue(p, tok, n, v);
+      else
+        p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kRows + rl] = v;
+    }
+    if (!whole) {
       __threadfence();
       mma_warps_sync();
-      if (tid == 0) grid_arrive(q.grid_bar);
+      const int c_first = split.cta_of(slab * ksn), c_last = split.cta_of(slab * ksn + ksn - 1);
+      if (tid == 0) s_last = atomicAdd(&p.tickets[slab], 1u) == unsigned(c_last - c_first);
+      mma_warps_sync();
+      if (s_last) {
+        __threadfence();
+        for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
+          const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+          if (n >= p.n) continue;
+          float v = 0.f;
+          for (int c = c_first; c <= c_last; ++c)
+            v += __ldcg(
+                &p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kRows + rl]);
+          epilogue(p, tok, n, v);
+        }
+        if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
+      }
     }
+    mma_warps_sync();  // red and s_last are reused by the next segment
   }
 }
 
 template <class T, int kStageK>
-cudaError_t launch_t(const SmallMRingLaunch& q, int grid, cudaStream_t stream) {
+cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
   auto kernel = small_m_ring_kernel<T, kStageK>;
   if (cudaError_t e = opt_in_shared_memory(kernel, static_cast<int>(kMaxSmem)); e != cudaSuccess)
     return e;
-  const size_t smem = smem_bytes(q.phase[0].stages, q.phase[0].m, kStageK);
-  if (q.phases == 1) return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem, stream, q);
-  // Two phases: the grid barrier needs every CTA resident at once.
-  return launch_dependent_cooperative(kernel, dim3(grid), dim3(kThreads), smem, stream, q);
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m, kStageK),
+                          stream, p);
 }
 
 }  // namespace
@@ -371,16 +292,12 @@ namespace {
 // CTAs for runs of whole slabs, 0 where the even stage split is kept: all SMs when the busiest
 // CTA gets at most ~10 % more than an even share; else as few CTAs as give every one the same
 // number of slabs (192 slabs: 96 CTAs of 2) if that keeps >= 60 % of the SMs streaming.
-bool slab_runs_enabled() {
+int slab_grid(int n, int sms) {
   static const bool on = [] {
     const char* v = std::getenv("TESSEL_GEMM_SMALL_M_RING_SLABS");
     return v == nullptr || v[0] != '0';
   }();
-  return on;
-}
-
-int slab_grid(int n, int sms) {
-  if (!slab_runs_enabled()) return 0;
+  if (!on) return 0;
   const int64_t slabs = small_m_ring_slabs(n);
   const int64_t most = (slabs + sms - 1) / sms;  // slabs of the busiest CTA
   if (slabs * 10 >= int64_t{sms} * most * 9) return static_cast<int>(std::min<int64_t>(sms, slabs));
@@ -390,12 +307,6 @@ int slab_grid(int n, int sms) {
 }  // namespace
 
 bool small_m_ring_slab_runs(int n, int sms) { return slab_grid(n, sms) > 0; }
-
-bool small_m_ring_slab_runs_on(int n, int grid) {
-  const int64_t slabs = small_m_ring_slabs(n);
-  const int64_t most = (slabs + grid - 1) / grid;
-  return slab_runs_enabled() && slabs * 10 >= int64_t{grid} * most * 9;
-}
 
 int small_m_ring_grid(int n, int k, int stage_k, int sms) {
   if (const int g = slab_grid(n, sms); g > 0) return g;
@@ -415,29 +326,17 @@ size_t small_m_ring_partial_bytes(int m, int grid) {
   return size_t(grid) * 2 * m * kRows * sizeof(float);
 }
 
-namespace {
-bool launchable(const SmallMRingParams& p) {
-  return (p.stage_k == 1024 || p.stage_k == 2048) && p.m >= 1 && p.m <= kSmallMRingMaxM &&
-         !(p.gated && p.m > max_gated_m(p.stage_k)) && p.stages >= 1 &&
-         smem_bytes(p.stages, p.m, p.stage_k) <= kMaxSmem;
-}
-}  // namespace
-
-cudaError_t small_m_ring_launch(const SmallMRingLaunch& q, int grid, bool bf16,
+cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
-  const SmallMRingParams& p = q.phase[0];
-  if (q.phases < 1 || q.phases > 2 || !launchable(p)) return cudaErrorInvalidValue;
-  if (q.phases == 2) {
-    const SmallMRingParams& p1 = q.phase[1];
-    if (!launchable(p1) || p1.stage_k != p.stage_k || p1.stages != p.stages || p1.m != p.m ||
-        q.grid_bar == nullptr)
-      return cudaErrorInvalidValue;
-  }
+  if ((p.stage_k != 1024 && p.stage_k != 2048) || p.m < 1 || p.m > kSmallMRingMaxM ||
+      (p.gated && p.m > max_gated_m(p.stage_k)) || p.stages < 1 ||
+      smem_bytes(p.stages, p.m, p.stage_k) > kMaxSmem)
+    return cudaErrorInvalidValue;
   if (p.stage_k == 1024)
-    return bf16 ? launch_t<__nv_bfloat16, 1024>(q, grid, stream)
-                : launch_t<__half, 1024>(q, grid, stream);
-  return bf16 ? launch_t<__nv_bfloat16, 2048>(q, grid, stream)
-              : launch_t<__half, 2048>(q, grid, stream);
+    return bf16 ? launch_t<__nv_bfloat16, 1024>(p, grid, stream)
+                : launch_t<__half, 1024>(p, grid, stream);
+  return bf16 ? launch_t<__nv_bfloat16, 2048>(p, grid, stream)
+              : launch_t<__half, 2048>(p, grid, stream);
 }
 
 }  // namespace tessel::detail

@@ -31,18 +31,6 @@ struct SmallMRingParams {
   unsigned* tickets;  // [small_m_ring_slabs(n)], zero between launches
 };
 
-// One launch: one GEMM, or two in sequence with a grid barrier between them (the SwiGLU MLP of
-// a decode step: phase 0 gate|up = x · W_gate_upᵀ, phase 1 the gated down projection reading
-// phase 0's output). The phases share the ring (stage_k, stages, m) and the grid; the weight
-// stream runs on from phase 0 into phase 1 while the barrier waits. Each phase needs its own
-// partials / tickets; grid_bar is {count, generation}, zero-initialised once and left
-// consistent by every launch.
-struct SmallMRingLaunch {
-  SmallMRingParams phase[2];
-  int phases;
-  unsigned* grid_bar;
-};
-
 constexpr int kSmallMRingMaxM = 8;
 
 #if defined(__CUDACC__)
@@ -84,14 +72,10 @@ int small_m_ring_max_gated_m(int stage_k);
 // timed per CTA), more than the imbalance.
 // TESSEL_GEMM_SMALL_M_RING_SLABS=0: never (A/B).
 bool small_m_ring_slab_runs(int n, int sms);
-// Whether runs of whole slabs balance for an n-row weight on exactly `grid` CTAs (the second
-// phase of a two-phase launch runs on the first one's grid).
-bool small_m_ring_slab_runs_on(int n, int grid);
 // The grid (CTAs) for an (n, k) problem on `sms` SMs.
 int small_m_ring_grid(int n, int k, int stage_k, int sms);
 size_t small_m_ring_partial_bytes(int m, int grid);
-// Two phases are launched cooperatively (every CTA resident: the grid barrier).
-cudaError_t small_m_ring_launch(const SmallMRingLaunch& q, int grid, bool bf16,
+cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream);
 
 }  // namespace tessel::detail
