@@ -85,8 +85,8 @@ TEST(GemmSmallMSplit, WholeSlabRuns) {
 }
 
 // The host's choice: whole slabs where the busiest CTA has at most ~10 % more stages than an
-// even split would give it (Llama decode weights on 132 SMs), or on fewer CTAs with equal
-// slab counts if >= 60 % of the SMs stay busy; else the even stage split.
+// even split would give it (Llama decode weights on 132 SMs), or on the fewest CTAs with the
+// same busiest count if >= 60 % of the SMs stay busy; else the even stage split.
 TEST(GemmSmallMSplit, WholeSlabRunsChoice) {
   using detail::small_m_ring_grid;
   using detail::small_m_ring_slab_runs;

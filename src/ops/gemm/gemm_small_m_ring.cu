@@ -290,8 +290,9 @@ int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
 
 namespace {
 // CTAs for runs of whole slabs, 0 where the even stage split is kept: all SMs when the busiest
-// CTA gets at most ~10 % more than an even share; else as few CTAs as give every one the same
-// number of slabs (192 slabs: 96 CTAs of 2) if that keeps >= 60 % of the SMs streaming.
+// CTA gets at most ~10 % more than an even share; else the fewest CTAs whose busiest has no
+// more slabs than on all SMs (192 slabs: 96 CTAs of 2, not 132 of 1-2) if that keeps >= 60 % of
+// the SMs streaming.
 int slab_grid(int n, int sms) {
   static const bool on = [] {
     const char* v = std::getenv("TESSEL_GEMM_SMALL_M_RING_SLABS");

@@ -66,8 +66,8 @@ int small_m_ring_max_stages(int m, int stage_k);
 // The most tokens the SwiGLU-fused (gated) variant takes.
 int small_m_ring_max_gated_m(int stage_k);
 // Whether CTAs take whole slabs (SmallMRingSplit::unit = ksn) for an n-row weight on `sms`
-// SMs: when the busiest CTA gets at most ~10 % more than an even stage split, or when fewer
-// CTAs (>= 60 % of the SMs) get equal numbers of slabs. A slab cut between CTAs costs its
+// SMs: when the busiest CTA gets at most ~10 % more than an even stage split, or on the
+// fewest CTAs (>= 60 % of the SMs) whose busiest has no more slabs than on all SMs. A slab cut between CTAs costs its
 // finisher a fence, a ticket and the peers' partials after its last stage (~3 us on the H200,
 // timed per CTA), more than the imbalance.
 // TESSEL_GEMM_SMALL_M_RING_SLABS=0: never (A/B).
