@@ -67,10 +67,10 @@ int small_m_ring_max_stages(int m, int stage_k);
 int small_m_ring_max_gated_m(int stage_k);
 // Whether CTAs take whole slabs (SmallMRingSplit::unit = ksn) for an n-row weight on `sms`
 // SMs: when the busiest CTA gets at most ~10 % more than an even stage split, or on the
-// fewest CTAs (>= 60 % of the SMs) whose busiest has no more slabs than on all SMs. A slab cut between CTAs costs its
-// finisher a fence, a ticket and the peers' partials after its last stage (~3 us on the H200,
-// timed per CTA), more than the imbalance.
-// TESSEL_GEMM_SMALL_M_RING_SLABS=0: never (A/B).
+// fewest CTAs (>= 60 % of the SMs) whose busiest has no more slabs than on all SMs. A slab cut
+// between CTAs costs its finisher a fence, a ticket and the peers' partials after its last stage
+// (~3 us on the H200, timed per CTA), more than the imbalance. TESSEL_GEMM_SMALL_M_RING_SLABS=0:
+// never (A/B).
 bool small_m_ring_slab_runs(int n, int sms);
 // The grid (CTAs) for an (n, k) problem on `sms` SMs.
 int small_m_ring_grid(int n, int k, int stage_k, int sms);
