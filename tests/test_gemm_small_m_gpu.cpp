@@ -194,6 +194,13 @@ TEST_F(GemmSmallMGpu, EveryConfigMatchesFloat64) {
       {8, 264, 14336, DType::f16, DType::f32, BLayout::nk},
       {5, 8200, 4104, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f, 0, /*in_place_c=*/true},
       {2, 3080, 2056, DType::bf16, DType::bf16, BLayout::nk, 1.f, 0.5f},
+      // M = 9 ... 32, B (N,K): the ring kernel with 2 and 4 token tiles (the first one
+      // ragged: 17 above, 9 and 13 here) and 16-, 32- and 64-row stages; whole-slab runs on
+      // every SM and on fewer CTAs, slabs cut between CTAs (264 rows, 14336 k).
+      {16, 8200, 4104, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f, 0, /*in_place_c=*/true},
+      {32, 3080, 2056, DType::f16, DType::f32, BLayout::nk, 1.f, 0.5f},
+      {9, 264, 14336, DType::bf16, DType::f32, BLayout::nk},
+      {13, 4104, 1032, DType::f16, DType::bf16, BLayout::nk, -0.5f, 0.25f},
   };
   for (Case c : shapes) {
     Problem p = make(c);
@@ -312,18 +319,17 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
     // then every config (the ring kernel's included) bit for bit against the unfused GEMM with
     // the same config.
     std::vector<int> configs = {-1};
-    for (int cfg = 0; cfg < detail::gemm_small_m_num_configs(); cfg += 5) configs.push_back(cfg);
-    for (int cfg = detail::gemm_small_m_num_configs() - 3; cfg < detail::gemm_small_m_num_configs();
-         ++cfg)
-      configs.push_back(cfg);
+    for (int cfg = 0; cfg < detail::gemm_small_m_num_configs(); ++cfg)
+      if (cfg % 5 == 0 || detail::gemm_small_m_is_ring_config(cfg)) configs.push_back(cfg);
     for (int cfg : configs) {
       SCOPED_TRACE("config " + std::to_string(cfg));
       ASSERT_TRUE(
           detail::gemm_small_m_with_config(act.t, dw.t, d_ref.t, GemmOptions{}, stream(), cfg));
       if (!detail::gemm_small_m_swiglu(dgu.t, dw.t, d_fused.t, GemmOptions{}, stream(), cfg)) {
-        // Refused only where the ring kernel would run the plain problem but its SwiGLU
-        // prologue cannot (M <= 8 but above 2, or above 1 with 2048-k stages).
-        EXPECT_TRUE(cfg >= detail::gemm_small_m_num_configs() - 3 && c.m > 1 && c.m <= 8);
+        // Refused only where the ring kernel would run the plain problem (forced, or the
+        // plain problem's choice for -1) but its SwiGLU prologue cannot (more than
+        // 2048 / stage_k tokens).
+        EXPECT_TRUE((cfg < 0 || detail::gemm_small_m_is_ring_config(cfg)) && c.m > 1);
         continue;
       }
       sync();

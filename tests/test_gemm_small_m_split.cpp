@@ -103,6 +103,31 @@ TEST(GemmSmallMSplit, WholeSlabRunsChoice) {
   EXPECT_EQ(small_m_ring_grid(133 * 16, 4096, 1024, 132), 132);
 }
 
+// Taller stages (32 or 64 rows: row_groups 2, 4) count slabs of that many rows; the same rule
+// picks the grid.
+TEST(GemmSmallMSplit, RowGroups) {
+  using detail::small_m_ring_grid;
+  using detail::small_m_ring_slabs;
+  EXPECT_EQ(small_m_ring_slabs(8200, 1), 513);
+  EXPECT_EQ(small_m_ring_slabs(8200, 2), 257);
+  EXPECT_EQ(small_m_ring_slabs(8200, 4), 129);
+  EXPECT_EQ(small_m_ring_grid(28672, 4096, 1024, 132, 2), 132);  // 896 slabs: 6-7 each
+  EXPECT_EQ(small_m_ring_grid(4096, 4096, 1024, 132, 2), 128);   // 128 slabs: one each
+  EXPECT_EQ(small_m_ring_grid(2880, 4096, 1024, 132, 2), 90);    // 90 slabs (68 % of the SMs)
+  // 64 slabs (48 % of the SMs): the even stage split over every SM.
+  EXPECT_FALSE(detail::small_m_ring_slab_runs(2048, 132, 2));
+  EXPECT_EQ(small_m_ring_grid(2048, 4096, 1024, 132, 2), 132);
+  // Shared memory: M = 16 with 32-row stages fits two stages, M = 32 only one (the config is
+  // then not offered), M = 32 with 16-row stages two.
+  EXPECT_EQ(detail::small_m_ring_max_stages(16, 1024, 2), 2);
+  EXPECT_EQ(detail::small_m_ring_max_stages(32, 1024, 2), 1);
+  EXPECT_EQ(detail::small_m_ring_max_stages(32, 1024, 1), 2);
+  EXPECT_EQ(detail::small_m_ring_max_stages(1, 1024, 1), 6);
+  EXPECT_TRUE(detail::small_m_ring_shape_supported(32, 1024, 2));
+  EXPECT_FALSE(detail::small_m_ring_shape_supported(9, 2048, 1));
+  EXPECT_FALSE(detail::small_m_ring_shape_supported(1, 512, 1));
+}
+
 // A CTA whose run lies inside one slab keeps that piece in slot 0; a slab cut in three is
 // summed from three CTAs.
 TEST(GemmSmallMSplit, SmallCases) {

@@ -1,4 +1,6 @@
 // Development probe (not part of the build): M = 1 decode GEMMs on the H200, session 13
+// (argument m=16 etc. for other M, session 14: every ring config and the best register config,
+// each checked against cuBLAS)
 // (bench/results/h200/dev/session13/README.md). Per (N, K) bf16 weight, clean L2 (a read of 2x
 // the L2 before each run), median of 15: cuBLAS, tessel::gemm (autotuned), a plain streaming
 // read of the weight, and tessel's small-M configs 8, 29 (register kernel) and 32-34 (ring);
@@ -165,6 +167,9 @@ float time_clean(std::function<void()> fn, int iters = 15) {
 
 int main(int argc, char** argv) {
   const bool variants = argc > 1 && std::string(argv[1]) == "variants";
+  int M = 1;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind("m=", 0) == 0) M = std::atoi(argv[i] + 2);
   int sms;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   int l2;
@@ -184,25 +189,25 @@ int main(int argc, char** argv) {
   for (auto s : shapes) maxw = std::max(maxw, size_t(s.n) * s.k);
   __nv_bfloat16 *w, *x, *y, *yr;
   CK(cudaMalloc(&w, maxw * 2));
-  CK(cudaMalloc(&x, 32768 * 2));
-  CK(cudaMalloc(&y, 4 * 128256 * 2));
-  CK(cudaMalloc(&yr, 4 * 128256 * 2));
+  CK(cudaMalloc(&x, 32 * 16384 * 2));
+  CK(cudaMalloc(&y, 32 * 128256 * 2));
+  CK(cudaMalloc(&yr, 32 * 128256 * 2));
   fill_kernel<<<4096, 256>>>((uint32_t*)w, maxw / 2, 1);
-  fill_kernel<<<64, 256>>>((uint32_t*)x, 16384, 2);
+  fill_kernel<<<64, 256>>>((uint32_t*)x, 32 * 16384 / 2, 2);
   CK(cudaDeviceSynchronize());
-  printf("sms %d l2 %d\n", sms, l2);
+  printf("sms %d l2 %d M %d\n", sms, l2, M);
   for (auto s : shapes) {
     const double bytes = 2.0 * s.n * s.k;
     auto gbs = [&](float ms) { return bytes / ms / 1e6; };
     float alpha = 1, beta = 0;
     auto cub = [&] {
-      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, 1, s.k, &alpha, w, CUDA_R_16BF, s.k, x,
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, M, s.k, &alpha, w, CUDA_R_16BF, s.k, x,
                    CUDA_R_16BF, s.k, &beta, yr, CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT);
     };
-    tessel::Tensor ta = tessel::Tensor::contiguous(x, tessel::DType::bf16, {1, s.k});
+    tessel::Tensor ta = tessel::Tensor::contiguous(x, tessel::DType::bf16, {M, s.k});
     tessel::Tensor tb = tessel::Tensor::contiguous(w, tessel::DType::bf16, {s.n, s.k});
-    tessel::Tensor td = tessel::Tensor::contiguous(y, tessel::DType::bf16, {1, s.n});
+    tessel::Tensor td = tessel::Tensor::contiguous(y, tessel::DType::bf16, {M, s.n});
     tessel::GemmOptions opt;
     opt.b_layout = tessel::BLayout::nk;
     auto tes = [&] { tessel::gemm(ta, tb, td, 0, opt); };
@@ -246,13 +251,37 @@ int main(int argc, char** argv) {
       variant("blk U8 pipe", gemv_kernel<8, 1, 1>, 256, 8);
       continue;
     }
-    for (int cfg : {8, 29, 32, 33, 34}) {
+    // Max |ours - cuBLAS| over the M x N outputs (bf16; inputs in [-1, 1), sums of K terms).
+    std::vector<__nv_bfloat16> hy(size_t(M) * s.n), hr(size_t(M) * s.n);
+    auto max_err = [&] {
+      CK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hr.data(), yr, hr.size() * 2, cudaMemcpyDeviceToHost));
+      double e = 0;
+      for (size_t i = 0; i < hy.size(); ++i)
+        e = std::max(e, (double)fabsf(__bfloat162float(hy[i]) - __bfloat162float(hr[i])));
+      return e;
+    };
+    printf("    tessel::gemm maxerr %.3g\n", max_err());
+    float best_reg = 1e30f;
+    int best_cfg = -1;
+    for (int cfg = 0; cfg < tessel::detail::gemm_small_m_num_configs(); ++cfg) {
+      const bool ring = tessel::detail::gemm_small_m_is_ring_config(cfg);
       auto run = [&] { tessel::detail::gemm_small_m_with_config(ta, tb, td, opt, 0, cfg); };
+      CK(cudaMemset(y, 0xff, size_t(M) * s.n * 2));
       run();
       CK(cudaDeviceSynchronize());
-      float t = time_clean(run);
-      printf("    config %2d: %7.2f us %5.0f GB/s  %.3f x cuBLAS\n", cfg, t * 1e3, gbs(t), tc / t);
+      const double e = max_err();
+      float t = time_clean(run, ring ? 15 : 5);
+      if (!ring) {
+        if (t < best_reg) best_reg = t, best_cfg = cfg;
+        if (e > 0.5) printf("    config %2d: maxerr %.3g\n", cfg, e);
+        continue;
+      }
+      printf("    config %2d: %7.2f us %5.0f GB/s  %.3f x cuBLAS  maxerr %.3g  %s\n", cfg, t * 1e3,
+             gbs(t), tc / t, e, tessel::detail::gemm_small_m_config_name(cfg).c_str());
     }
+    printf("    best register config %d: %7.2f us (5 runs) %.3f x cuBLAS\n", best_cfg,
+           best_reg * 1e3, tc / best_reg);
   }
   return 0;
 }

@@ -140,7 +140,8 @@ Plan plan_for(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int split_k, 
       }
     }
   }
-  // Decode-sized M (<= 32; gemm_small_m_preferred sends these here for N <= 64 x #SMs): the
+  // Decode-sized M (17-32, or <= 16 with TESSEL_GEMM_SMALL_M_RING=0; gemm_small_m_preferred
+  // sends these here for N <= 64 x #SMs): the
   // same 64x64 tiles, K split to fill the machine (16x4096x4096: 2 splits 1635 GB/s of weight,
   // 1 split 1502, 4 splits 1289; 16x6144x4096: 1 split 1967).
   if (!kn && M <= 32 && split_k < 1 && t_tiny <= sms) {

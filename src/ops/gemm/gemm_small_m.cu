@@ -339,16 +339,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
 constexpr int kSplitChoices[] = {1, 2, 3, 4, 6, 8, 12, 16};
 constexpr int kNumSplitChoices = 8;
 constexpr int kNumLdgConfigs = 4 * kNumSplitChoices;  // wn ∈ {1, 2, 4, 8} × splits
-// Then the bulk-copy ring kernel (gemm_small_m_ring.cu), {k per stage, stages}: B (N,K) and
-// M <= 8 only; for other problems these ids run the default register-streaming config. The
+// Then the bulk-copy ring kernel (gemm_small_m_ring.cu), {k per stage, stages, 16-row groups
+// per stage}: B (N,K) and M <= 32 where the stage shape leaves room for two stages
+// (ring_applies); for other problems these ids run the default register-streaming config. The
 // ring depth barely matters alone (H200: 3, 4, 5 stages within 2 %); 2 stages leave shared
-// memory for the neighbouring kernels' CTAs under a dependent launch.
-constexpr int kRingShapes[][2] = {{1024, 2}, {1024, 4}, {2048, 2}};
-constexpr int kNumRingConfigs = 3;
+// memory for the neighbouring kernels' CTAs under a dependent launch. 32-row stages share one
+// activation slice between two row groups (M = 9-16: the L2 reads of A halve).
+constexpr int kRingShapes[][3] = {{1024, 2, 1}, {1024, 4, 1}, {2048, 2, 1}, {1024, 2, 2}};
+constexpr int kNumRingConfigs = 4;
+constexpr int kRing32Rows = kNumLdgConfigs + 3;  // 32 rows x 1024 k x 2 stages
 constexpr int kNumConfigs = kNumLdgConfigs + kNumRingConfigs;
 bool is_ring_config(int id) { return id >= kNumLdgConfigs; }
 int ring_stage_k(int id) { return kRingShapes[id - kNumLdgConfigs][0]; }
 int ring_stages(int id) { return kRingShapes[id - kNumLdgConfigs][1]; }
+int ring_row_groups(int id) { return kRingShapes[id - kNumLdgConfigs][2]; }
 
 struct Config {
   int wn, splits;
@@ -505,11 +509,13 @@ cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stre
   return launch_t<T, KN, 4>(p, grid, smem, stream);
 }
 
-// Whether ring config `cfg_id` runs this problem (B (N,K), M <= 8; the SwiGLU-fused problem
-// up to the tokens its A warps hold).
+// Whether ring config `cfg_id` runs this problem (B (N,K), a stage shape built for M tokens
+// with room for two stages; the SwiGLU-fused problem up to the tokens its A warps hold).
 bool ring_applies(const Problem& pr, int cfg_id) {
-  return !pr.kn &&
-         pr.m <= (pr.gated ? small_m_ring_max_gated_m(ring_stage_k(cfg_id)) : kSmallMRingMaxM);
+  const int stage_k = ring_stage_k(cfg_id), groups = ring_row_groups(cfg_id);
+  return !pr.kn && pr.m <= kSmallMRingMaxM && small_m_ring_shape_supported(pr.m, stage_k, groups) &&
+         small_m_ring_max_stages(pr.m, stage_k, groups) >= 2 &&
+         (!pr.gated || pr.m <= small_m_ring_max_gated_m(stage_k));
 }
 
 // TESSEL_GEMM_SMALL_M_RING=0 keeps the ring kernel out of the autotuner's candidates (A/B).
@@ -545,16 +551,19 @@ void set_problem(P& p, const Problem& pr, const void* a, const void* b, void* dp
 // The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
 bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, int64_t ldd,
                  const void* cptr, float alpha, float beta, int cfg_id, cudaStream_t stream) {
-  const int stage_k = ring_stage_k(cfg_id);
-  const int grid = small_m_ring_grid(pr.n, pr.k, stage_k, current_sm_count());
-  const WorkspaceView ws = workspace(stream, size_t(small_m_ring_slabs(pr.n)),
-                                     small_m_ring_partial_bytes(pr.m, grid), is_capturing(stream));
+  const int stage_k = ring_stage_k(cfg_id), groups = ring_row_groups(cfg_id);
+  const int sms = current_sm_count();
+  const int grid = small_m_ring_grid(pr.n, pr.k, stage_k, sms, groups);
+  const WorkspaceView ws =
+      workspace(stream, size_t(small_m_ring_slabs(pr.n, groups)),
+                small_m_ring_partial_bytes(pr.m, grid, groups), is_capturing(stream));
   if (ws.tickets == nullptr) return false;
   SmallMRingParams p{};
   set_problem(p, pr, a, b, dptr, ldd, cptr, alpha, beta);
   p.stage_k = stage_k;
-  p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.m, stage_k));
-  p.slab_runs = small_m_ring_slab_runs(pr.n, current_sm_count()) ? 1 : 0;
+  p.row_groups = groups;
+  p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.m, stage_k, groups));
+  p.slab_runs = small_m_ring_slab_runs(pr.n, sms, groups) ? 1 : 0;
   p.partials = ws.partials;
   p.tickets = ws.tickets;
   TESSEL_CUDA_CHECK(small_m_ring_launch(p, grid, pr.bf16, stream));
@@ -630,7 +639,10 @@ std::string dtype_key(const Tensor& a, const Tensor& d) {
 // cost per call is one map lookup.
 int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
            cudaStream_t stream) {
-  const int fallback = default_config(pr.kn, pr.n, current_sm_count());
+  // Untuned: the register kernel's default, or for M = 9-16 (B (N,K)) the 32-row ring, which
+  // beats it on every Llama decode weight (H200: 0.72-0.99x cuBLAS against 0.61-0.87x).
+  int fallback = default_config(pr.kn, pr.n, current_sm_count());
+  if (pr.m > 8 && ring_tunable() && ring_applies(pr, kRing32Rows)) fallback = kRing32Rows;
   if (!autotune::enabled()) return fallback;
   int dev = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
@@ -725,15 +737,20 @@ bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms) {
   }();
   if (m < 1 || m > 32) return false;
   if (forced >= 0) return forced == 1;
-  return kn || m <= 8 || (n + 63) / 64 > sms;
+  return kn || m <= 8 || (m <= 16 && ring_tunable()) || (n + 63) / 64 > sms;
 }
 
 int gemm_small_m_num_configs() { return kNumConfigs; }
+
+bool gemm_small_m_is_ring_config(int config) {
+  return config >= 0 && config < kNumConfigs && is_ring_config(config);
+}
 
 std::string gemm_small_m_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "config " + std::to_string(config) + " (invalid)";
   if (is_ring_config(config))
     return "config " + std::to_string(config) + " (bulk-copy ring, " +
+           std::to_string(16 * ring_row_groups(config)) + " rows x " +
            std::to_string(ring_stage_k(config)) + " k x " + std::to_string(ring_stages(config)) +
            " stages)";
   const Config c = config_of(config);
@@ -774,9 +791,17 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   if (!pr.ok) return false;
   pr.gated = true;
   if (config < 0 || config >= kNumConfigs) {
+    // Where the plain problem runs the ring kernel and the SwiGLU prologue cannot (more tokens
+    // than its A warps hold), swiglu + the ring beats the fused register kernel (H200, M = 16,
+    // 4096x14336: 35.3 µs for the ring alone against 47.2 for the register kernel): refuse.
+    Problem plain = pr;
+    plain.gated = false;
+    if (const int plain_cfg = choose(plain, a, b, d, stream);
+        is_ring_config(plain_cfg) && !ring_applies(pr, plain_cfg))
+      return false;
     config = choose(pr, a, b, d, stream);
   } else if (is_ring_config(config) && !ring_applies(pr, config)) {
-    // The ring kernel's SwiGLU prologue holds 2 tokens (1 with 2048-k stages): where the plain
+    // The ring kernel's SwiGLU prologue holds 2048 / stage_k tokens: where the plain
     // problem would run the ring and this one cannot, refuse (swiglu + gemm then give the
     // plain problem's bits).
     Problem plain = pr;

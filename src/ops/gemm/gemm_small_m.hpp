@@ -10,8 +10,8 @@
 // Returns false without launching anything for cases it does not handle (M outside 1…32,
 // K == 0, anything it cannot prove it supports); the caller then uses the general kernel.
 //
-// Config (rows/columns per block, warps along K, split-K count; or, for B (N,K) and M <= 8,
-// the TMA ring kernel of gemm_small_m_ring.cu and its depth) comes from the autotuner
+// Config (rows/columns per block, warps along K, split-K count; or, for B (N,K), the bulk-copy
+// ring kernel of gemm_small_m_ring.cu and its stage shape) comes from the autotuner
 // (src/runtime/autotune.hpp, family "gemm_small_m"); split-K partials are reduced
 // deterministically (fixed split / CTA order) by the last block of each column slab.
 #pragma once
@@ -29,10 +29,12 @@ bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions
                   cudaStream_t stream);
 
 // Whether tessel::gemm should send an (M, N, K) problem (1 <= M <= 32) here rather than to
-// the TMA/WGMMA kernel. For B (N,K) with M > 8 and weights of at most one wave of 64x64
+// the TMA/WGMMA kernel. For B (N,K) with M = 17-32 and weights of at most one wave of 64x64
 // tiles (N <= 64 x #SMs), the TMA kernel's 64x64 tiles stream the weight faster (H100,
-// bench gemm_sweep with TESSEL_GEMM_SMALL_M=0: 32x4096x4096 1732 vs 1150 GB/s, 16x4096x4096
-// 1635 vs 1457, 16x4096x14336 2491 vs 2058). TESSEL_GEMM_SMALL_M=0 / 1 forces never / always.
+// bench gemm_sweep with TESSEL_GEMM_SMALL_M=0: 32x4096x4096 1732 vs 1150 GB/s); M <= 16 runs
+// here (the ring kernel's 32-row stages: H200, 16x4096x4096 15.2 µs vs 18.3 on 64x64 tiles;
+// with TESSEL_GEMM_SMALL_M_RING=0 the old rule, M <= 8). TESSEL_GEMM_SMALL_M=0 / 1 forces
+// never / always.
 bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms);
 
 // The down projection of a SwiGLU MLP with the activation fused into the A staging:
@@ -42,7 +44,8 @@ bool gemm_small_m_preferred(int64_t m, int64_t n, bool kn, int sms);
 // same config the result equals swiglu followed by gemm_small_m bit for bit (the autotuner
 // tunes this problem under its own key, "gemm_small_m_swiglu", so its choice may differ from
 // the plain problem's). Same contract otherwise (false: nothing launched; the caller runs
-// swiglu + gemm).
+// swiglu + gemm). With config -1 it also refuses where the plain problem's choice is a ring
+// config that the SwiGLU prologue cannot run (more than 2048 / stage_k tokens).
 // `config` as in gemm_small_m_with_config (-1: the autotuner's choice for the plain problem).
 bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,
                          cudaStream_t stream, int config = -1);
@@ -52,6 +55,9 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
 // contract as gemm_small_m.
 int gemm_small_m_num_configs();
 std::string gemm_small_m_config_name(int config);
+// Whether `config` is one of the ring kernel's (B (N,K) only; refused by the SwiGLU-fused
+// problem where its A warps cannot hold the tokens).
+bool gemm_small_m_is_ring_config(int config);
 bool gemm_small_m_with_config(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
                               cudaStream_t stream, int config);
 // The config gemm_small_m would use for this problem right now (may tune; -1 if the

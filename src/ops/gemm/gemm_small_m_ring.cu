@@ -1,5 +1,5 @@
 // Small-M GEMM, bulk-copy ring kernel (see gemm_small_m_ring.hpp): D = alpha · A · Bᵀ + beta · C
-// for B (N,K) and M <= 8, the decode GEMV of an LLM.
+// for B (N,K) and M <= 32, the decode GEMV of an LLM.
 //
 // Why: the register-streaming kernel (gemm_small_m.cu) keeps its weight bytes in flight in
 // registers, 64 KB per SM at most; the H200 needs more per SM than the H100 (4.8 vs 3.35 TB/s
@@ -7,9 +7,9 @@
 // TMA moves the weight into a ring of `stages` × 32 KB per SM without registers or load
 // instructions, and warps specialize:
 //
-//   warp 8 (producer)     per stage: 16 weight rows × 1024 or 2048 k, one 2 or 4 KB bulk copy
-//                         per row (rows padded by 64 bytes so the consumers' reads are
-//                         conflict-free),
+//   warp 8 (producer)     per stage: 16 · row_groups weight rows × 1024 or 2048 k, one
+//                         bulk copy per row (rows padded by 64 bytes so the consumers' reads
+//                         are conflict-free),
 //                         L2 evict-first; never waits for the previous kernel (weights are not
 //                         its output), so the ring fills during its tail. (Copies of 512 bytes
 //                         — 64 rows × 256 k — ran at 1.57 TB/s on the H200 with 3, 4 or 5
@@ -19,9 +19,16 @@
 //   warps 9, 10 (A)       per stage: the activations' m × stage-k slice — bulk copies, or for
 //                         the SwiGLU down projection (m <= 2 or 1) silu(gate) · up computed
 //                         into the ring.
-//   warps 0-7 (MMA)       warp w: the 16 rows × the w-th eighth of each stage's k, mma.sync
-//                         m16n8k16 with the operand roles of gemm_small_m.cu (weight = A
-//                         operand, tokens = B operand) and its k permutation.
+//   warps 0-7 (MMA)       warp w: row group w % row_groups (16 rows) × the (w / row_groups)-th
+//                         part of each stage's k, mma.sync m16n8k16 with the operand roles of
+//                         gemm_small_m.cu (weight = A operand, tokens = B operand, one n-tile
+//                         of 8 tokens per 8 of M) and its k permutation.
+//
+// M > 8: every slab re-reads the activations' m × K from L2, m/16 of the weight's bytes per
+// row group, so 32-row stages (two row groups sharing one activation slice) halve that
+// (H200, M = 16, 1×28672×4096: 73.0 µs with 16-row stages, 63.1 with 32, cuBLAS 62.6). With
+// 512-k stages (1 KB copies; room for 64 rows or M = 32 at 32 rows) the copies' cost per copy
+// won out (0.55-0.8x cuBLAS): not built. M = 17-32 only fits 16-row stages.
 //
 // Work split: the stages of all column slabs (16 rows × all of K) in slab-major order are cut
 // into `grid` contiguous runs, one per CTA (persistent, no tail wave): whole slabs where that
@@ -46,24 +53,26 @@ namespace {
 
 using namespace small_m;
 
-constexpr int kRows = 16;  // weight rows per stage: one MMA tile
+constexpr int kRows = 16;  // weight rows of one row group: one MMA tile
 
-constexpr int kTokens = kSmallMRingMaxM;  // the MMA's n: 8 tokens
 constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
 constexpr int kProducerWarp = kMmaWarps;  // warp 8
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
-constexpr int kRedFloats = kMmaWarps * kTokens * kRows;  // the warps' k-range sums of a slab
-constexpr size_t kMaxSmem = 226 * 1024;                  // the opt-in 227 KB less the static s_last
+constexpr size_t kMaxSmem = 226 * 1024;  // the opt-in 227 KB less the static s_last
+// n-tiles of 8 tokens for m tokens (1, 2 or 4).
+constexpr int token_tiles(int m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
+// The warps' k-range sums of a slab: per warp, 8 · token_tiles tokens × 16 rows.
+constexpr int red_floats(int m) { return kMmaWarps * 8 * token_tiles(m) * kRows; }
 // A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 2112-byte pitch puts
 // them on disjoint banks.
 // A stage of k extent stage_k: 16 weight rows and m activation rows of this many bytes.
 constexpr int pitch_of(int stage_k) { return stage_k * 2 + 64; }
 static_assert(pitch_of(1024) % 128 == 64 && pitch_of(2048) % 128 == 64, "pitch: 64 mod 128");
 
-size_t smem_bytes(int stages, int m, int stage_k) {
-  return size_t(stages) * (kRows + m) * pitch_of(stage_k) + kRedFloats * sizeof(float) +
-         2 * size_t(stages) * sizeof(uint64_t);
+size_t smem_bytes(int stages, int m, int stage_k, int row_groups) {
+  return size_t(stages) * (kRows * row_groups + m) * pitch_of(stage_k) +
+         red_floats(m) * sizeof(float) + 2 * size_t(stages) * sizeof(uint64_t);
 }
 
 // The SwiGLU prologue's registers: 4 pieces of 8 k per A-warp lane and stage.
@@ -75,11 +84,16 @@ __device__ __forceinline__ void mma_warps_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kMmaWarps * 32) : "memory");
 }
 
-template <class T, int kStageK>
+template <class T, int kStageK, int kRG, int kNT>
 __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
   constexpr int kPitch = pitch_of(kStageK);
-  constexpr int kStageWBytes = kRows * kPitch;
-  constexpr int kWarpK = kStageK / kMmaWarps;  // each MMA warp's k range in a stage
+  constexpr int kSlabRows = kRows * kRG;  // weight rows per stage (a slab)
+  constexpr int kStageWBytes = kSlabRows * kPitch;
+  constexpr int kKParts = kMmaWarps / kRG;   // MMA warps per row group
+  constexpr int kWarpK = kStageK / kKParts;  // each MMA warp's k range in a stage
+  constexpr int kTokens = 8 * kNT;           // tokens of the MMA tiles
+  constexpr int kRedFloats = kMmaWarps * kTokens * kRows;
+  static_assert(kMmaWarps % kRG == 0 && kWarpK % 32 == 0, "stage shape");
   extern __shared__ __align__(128) unsigned char smem[];
   const int S = p.stages;
   const int stage_a_bytes = p.m * kPitch;
@@ -104,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   __syncthreads();
 
   const int ksn = (p.k + kStageK - 1) / kStageK;
-  const int slabs = (p.n + kRows - 1) / kRows;
+  const int slabs = (p.n + kSlabRows - 1) / kSlabRows;
   const SmallMRingSplit split{int64_t{slabs} * ksn, ksn, static_cast<int>(gridDim.x),
                               p.slab_runs ? ksn : 1};
   const int64_t L0 = split.start(blockIdx.x);
@@ -118,8 +132,9 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
       const int s = i % S;
       if (i >= S) mbar_wait(&empty[s], ((i / S) + 1) & 1);
       const int64_t L = L0 + i;
-      const int row0 = static_cast<int>(L / ksn) * kRows, k0 = static_cast<int>(L % ksn) * kStageK;
-      const int kc = min(kStageK, p.k - k0), rows = min(kRows, p.n - row0);
+      const int row0 = static_cast<int>(L / ksn) * kSlabRows;
+      const int k0 = static_cast<int>(L % ksn) * kStageK;
+      const int kc = min(kStageK, p.k - k0), rows = min(kSlabRows, p.n - row0);
       if (lane == 0) mbar_arrive_expect_tx(&full[s], uint32_t(rows) * kc * 2);
       __syncwarp();
       for (int r = lane; r < rows; r += 32)
@@ -197,7 +212,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   tile::allow_next_grid();
   const int g = lane >> 2, t = lane & 3;
   const int tid = threadIdx.x;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const int rg = warp % kRG, kp = warp / kRG;  // this warp's row group and k part
+  float acc[kNT][4] = {};
   int seg_ks0 = 0;  // first stage (k index) of the current slab segment
   for (int i = 0; i < count; ++i) {
     const int s = i % S;
@@ -207,49 +223,60 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     const int kc = min(kStageK, p.k - ks * kStageK);
     if (i == 0 || ks == 0) seg_ks0 = ks;
     mbar_wait(&full[s], (i / S) & 1);
-    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + g * kPitch;
+    const unsigned char* wrow = wring + size_t(s) * kStageWBytes + (rg * kRows + g) * kPitch;
     const unsigned char* arow = aring + size_t(s) * stage_a_bytes + g * kPitch;
 #pragma unroll
     for (int u = 0; u < kWarpK / 32; ++u) {
-      const int kk = warp * kWarpK + u * 32 + 8 * t;
-      uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x = w0;
+      const int kk = kp * kWarpK + u * 32 + 8 * t;
+      uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0, x[kNT];
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) x[j] = w0;
       if (kk < kc) {  // past K the ring holds stale bytes: zero both operands
         w0 = *reinterpret_cast<const uint4*>(wrow + kk * 2);
         w1 = *reinterpret_cast<const uint4*>(wrow + 8 * kPitch + kk * 2);
-        if (g < p.m) x = *reinterpret_cast<const uint4*>(arow + kk * 2);
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+          if (8 * j + g < p.m)
+            x[j] = *reinterpret_cast<const uint4*>(arow + 8 * j * kPitch + kk * 2);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        Mma<T>::run(acc, word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1), word(w1, 2 * h + 1),
-                    word(x, 2 * h), word(x, 2 * h + 1));
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+          Mma<T>::run(acc[j], word(w0, 2 * h), word(w1, 2 * h), word(w0, 2 * h + 1),
+                      word(w1, 2 * h + 1), word(x[j], 2 * h), word(x[j], 2 * h + 1));
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);
     if (ks != ksn - 1 && i != count - 1) continue;
 
-    // End of this CTA's segment of `slab`: sum the warps' k ranges in warp order, write or
-    // leave a partial.
+    // End of this CTA's segment of `slab`: sum each row group's k parts in warp order, write
+    // or leave a partial.
     {
       float* r = red + warp * kTokens * kRows;
-      r[(2 * t) * kRows + g] = acc[0];
-      r[(2 * t + 1) * kRows + g] = acc[1];
-      r[(2 * t) * kRows + g + 8] = acc[2];
-      r[(2 * t + 1) * kRows + g + 8] = acc[3];
-      acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        r[(8 * j + 2 * t) * kRows + g] = acc[j][0];
+        r[(8 * j + 2 * t + 1) * kRows + g] = acc[j][1];
+        r[(8 * j + 2 * t) * kRows + g + 8] = acc[j][2];
+        r[(8 * j + 2 * t + 1) * kRows + g + 8] = acc[j][3];
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+      }
     }
     mma_warps_sync();
-    const int row0 = static_cast<int>(slab) * kRows;
+    const int row0 = static_cast<int>(slab) * kSlabRows;
     const bool whole = seg_ks0 == 0 && ks == ksn - 1;
     const int slot = split.slot(blockIdx.x, slab);
-    for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
-      const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+    for (int e = tid; e < p.m * kSlabRows; e += kMmaWarps * 32) {
+      const int tok = e / kSlabRows, r = e % kSlabRows, n = row0 + r;
       if (n >= p.n) continue;
+      const int group = r / kRows, rl = r % kRows;
       float v = 0.f;
-      for (int w = 0; w < kMmaWarps; ++w) v += red[(w * kTokens + tok) * kRows + rl];
+      for (int q = 0; q < kKParts; ++q) v += red[((q * kRG + group) * kTokens + tok) * kRows + rl];
       if (whole)
         epilogue(p, tok, n, v);
       else
-        p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kRows + rl] = v;
+        p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kSlabRows + r] = v;
     }
     if (!whole) {
       __threadfence();
@@ -259,13 +286,13 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
       mma_warps_sync();
       if (s_last) {
         __threadfence();
-        for (int e = tid; e < p.m * kRows; e += kMmaWarps * 32) {
-          const int tok = e / kRows, rl = e % kRows, n = row0 + rl;
+        for (int e = tid; e < p.m * kSlabRows; e += kMmaWarps * 32) {
+          const int tok = e / kSlabRows, r = e % kSlabRows, n = row0 + r;
           if (n >= p.n) continue;
           float v = 0.f;
           for (int c = c_first; c <= c_last; ++c)
             v += __ldcg(
-                &p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kRows + rl]);
+                &p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kSlabRows + r]);
           epilogue(p, tok, n, v);
         }
         if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
@@ -275,31 +302,57 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   }
 }
 
-template <class T, int kStageK>
+template <class T, int kStageK, int kRG, int kNT>
 cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
-  auto kernel = small_m_ring_kernel<T, kStageK>;
+  auto kernel = small_m_ring_kernel<T, kStageK, kRG, kNT>;
   if (cudaError_t e = opt_in_shared_memory(kernel, static_cast<int>(kMaxSmem)); e != cudaSuccess)
     return e;
-  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m, kStageK),
-                          stream, p);
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads),
+                          smem_bytes(p.stages, p.m, kStageK, kRG), stream, p);
+}
+
+template <class T, int kStageK, int kRG>
+cudaError_t launch_nt(const SmallMRingParams& p, int grid, cudaStream_t stream) {
+  switch (token_tiles(p.m)) {
+    case 1: return launch_t<T, kStageK, kRG, 1>(p, grid, stream);
+    case 2: return launch_t<T, kStageK, kRG, 2>(p, grid, stream);
+    default: return launch_t<T, kStageK, kRG, 4>(p, grid, stream);
+  }
+}
+
+// The stage shapes built: {k per stage, row groups}, and the most tokens each is built for
+// ({2048, 1} only for M <= 8: a 16-token slice of 2048 k leaves no room for two stages).
+struct RingShape {
+  int stage_k, row_groups, max_m;
+};
+constexpr RingShape kShapes[] = {{1024, 1, 32}, {2048, 1, 8}, {1024, 2, 32}};
+
+template <class T>
+cudaError_t launch_shape(const SmallMRingParams& p, int grid, cudaStream_t stream) {
+  if (p.stage_k == 1024 && p.row_groups == 1) return launch_nt<T, 1024, 1>(p, grid, stream);
+  if (p.stage_k == 1024 && p.row_groups == 2) return launch_nt<T, 1024, 2>(p, grid, stream);
+  return launch_t<T, 2048, 1, 1>(p, grid, stream);
 }
 
 }  // namespace
 
-int small_m_ring_slabs(int n) { return (n + kRows - 1) / kRows; }
+int small_m_ring_slabs(int n, int row_groups) {
+  const int rows = kRows * row_groups;
+  return (n + rows - 1) / rows;
+}
 
 namespace {
 // CTAs for runs of whole slabs, 0 where the even stage split is kept: all SMs when the busiest
 // CTA gets at most ~10 % more than an even share; else the fewest CTAs whose busiest has no
 // more slabs than on all SMs (192 slabs: 96 CTAs of 2, not 132 of 1-2) if that keeps >= 60 % of
 // the SMs streaming.
-int slab_grid(int n, int sms) {
+int slab_grid(int n, int sms, int row_groups) {
   static const bool on = [] {
     const char* v = std::getenv("TESSEL_GEMM_SMALL_M_RING_SLABS");
     return v == nullptr || v[0] != '0';
   }();
   if (!on) return 0;
-  const int64_t slabs = small_m_ring_slabs(n);
+  const int64_t slabs = small_m_ring_slabs(n, row_groups);
   const int64_t most = (slabs + sms - 1) / sms;  // slabs of the busiest CTA
   if (slabs * 10 >= int64_t{sms} * most * 9) return static_cast<int>(std::min<int64_t>(sms, slabs));
   const int64_t fewer = (slabs + most - 1) / most;
@@ -307,37 +360,43 @@ int slab_grid(int n, int sms) {
 }
 }  // namespace
 
-bool small_m_ring_slab_runs(int n, int sms) { return slab_grid(n, sms) > 0; }
+bool small_m_ring_slab_runs(int n, int sms, int row_groups) {
+  return slab_grid(n, sms, row_groups) > 0;
+}
 
-int small_m_ring_grid(int n, int k, int stage_k, int sms) {
-  if (const int g = slab_grid(n, sms); g > 0) return g;
-  const int64_t total = int64_t{small_m_ring_slabs(n)} * ((k + stage_k - 1) / stage_k);
+int small_m_ring_grid(int n, int k, int stage_k, int sms, int row_groups) {
+  if (const int g = slab_grid(n, sms, row_groups); g > 0) return g;
+  const int64_t total = int64_t{small_m_ring_slabs(n, row_groups)} * ((k + stage_k - 1) / stage_k);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }
 
-int small_m_ring_max_stages(int m, int stage_k) {
-  int s = 1;
-  while (smem_bytes(s + 1, m, stage_k) <= kMaxSmem) ++s;
+int small_m_ring_max_stages(int m, int stage_k, int row_groups) {
+  int s = 0;
+  while (smem_bytes(s + 1, m, stage_k, row_groups) <= kMaxSmem) ++s;
   return s;
+}
+
+bool small_m_ring_shape_supported(int m, int stage_k, int row_groups) {
+  if (m < 1) return false;
+  for (const RingShape& sh : kShapes)
+    if (sh.stage_k == stage_k && sh.row_groups == row_groups) return m <= sh.max_m;
+  return false;
 }
 
 int small_m_ring_max_gated_m(int stage_k) { return max_gated_m(stage_k); }
 
-size_t small_m_ring_partial_bytes(int m, int grid) {
-  return size_t(grid) * 2 * m * kRows * sizeof(float);
+size_t small_m_ring_partial_bytes(int m, int grid, int row_groups) {
+  return size_t(grid) * 2 * m * kRows * row_groups * sizeof(float);
 }
 
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
-  if ((p.stage_k != 1024 && p.stage_k != 2048) || p.m < 1 || p.m > kSmallMRingMaxM ||
+  if (!small_m_ring_shape_supported(p.m, p.stage_k, p.row_groups) ||
       (p.gated && p.m > max_gated_m(p.stage_k)) || p.stages < 1 ||
-      smem_bytes(p.stages, p.m, p.stage_k) > kMaxSmem)
+      smem_bytes(p.stages, p.m, p.stage_k, p.row_groups) > kMaxSmem)
     return cudaErrorInvalidValue;
-  if (p.stage_k == 1024)
-    return bf16 ? launch_t<__nv_bfloat16, 1024>(p, grid, stream)
-                : launch_t<__half, 1024>(p, grid, stream);
-  return bf16 ? launch_t<__nv_bfloat16, 2048>(p, grid, stream)
-              : launch_t<__half, 2048>(p, grid, stream);
+  return bf16 ? launch_shape<__nv_bfloat16>(p, grid, stream)
+              : launch_shape<__half>(p, grid, stream);
 }
 
 }  // namespace tessel::detail

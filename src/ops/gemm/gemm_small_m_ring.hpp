@@ -1,5 +1,5 @@
 // Small-M GEMM, bulk-copy ring kernel (gemm_small_m_ring.cu): the decode GEMV for B (N,K) and
-// M <= 8, one persistent CTA per SM streaming the weight through a shared-memory ring that the
+// M <= 32, one persistent CTA per SM streaming the weight through a shared-memory ring that the
 // TMA fills. Internal to the small-M family: gemm_small_m.cu validates the problem, owns the
 // workspace and offers this kernel to the autotuner beside the register-streaming one.
 #pragma once
@@ -24,14 +24,15 @@ struct SmallMRingParams {
   int m, n, k;
   int out;            // 0 f32, 1 f16, 2 bf16
   int gated;          // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
-  int stage_k;        // k per stage: 1024 or 2048
-  int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k)
+  int stage_k;        // k per stage: 512, 1024 or 2048
+  int row_groups;     // 16-row groups per stage (a slab is 16 · row_groups weight rows)
+  int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k, row_groups)
   int slab_runs;      // small_m_ring_slab_runs: each CTA's run is whole slabs
-  float* partials;    // [grid][2][m][16]: the CTAs' partial column slabs
-  unsigned* tickets;  // [small_m_ring_slabs(n)], zero between launches
+  float* partials;    // [grid][2][m][16 · row_groups]: the CTAs' partial column slabs
+  unsigned* tickets;  // [small_m_ring_slabs(n, row_groups)], zero between launches
 };
 
-constexpr int kSmallMRingMaxM = 8;
+constexpr int kSmallMRingMaxM = 32;
 
 #if defined(__CUDACC__)
 #define TESSEL_RING_HD __host__ __device__
@@ -59,10 +60,13 @@ struct SmallMRingSplit {
   // pieces; every slab between them is whole).
   TESSEL_RING_HD int slot(int c, int64_t slab) const { return slab == start(c) / ksn ? 0 : 1; }
 };
-// Column slabs (16 weight rows: the unit whose partial sums are combined across CTAs).
-int small_m_ring_slabs(int n);
-// The deepest ring that fits in shared memory for m tokens.
-int small_m_ring_max_stages(int m, int stage_k);
+// Column slabs (16 · row_groups weight rows: the unit whose partial sums are combined across
+// CTAs).
+int small_m_ring_slabs(int n, int row_groups = 1);
+// The deepest ring that fits in shared memory for m tokens (0 if not even one stage does).
+int small_m_ring_max_stages(int m, int stage_k, int row_groups = 1);
+// Whether the kernel is built for this stage shape and token count.
+bool small_m_ring_shape_supported(int m, int stage_k, int row_groups);
 // The most tokens the SwiGLU-fused (gated) variant takes.
 int small_m_ring_max_gated_m(int stage_k);
 // Whether CTAs take whole slabs (SmallMRingSplit::unit = ksn) for an n-row weight on `sms`
@@ -71,10 +75,10 @@ int small_m_ring_max_gated_m(int stage_k);
 // between CTAs costs its finisher a fence, a ticket and the peers' partials after its last stage
 // (~3 us on the H200, timed per CTA), more than the imbalance. TESSEL_GEMM_SMALL_M_RING_SLABS=0:
 // never (A/B).
-bool small_m_ring_slab_runs(int n, int sms);
+bool small_m_ring_slab_runs(int n, int sms, int row_groups = 1);
 // The grid (CTAs) for an (n, k) problem on `sms` SMs.
-int small_m_ring_grid(int n, int k, int stage_k, int sms);
-size_t small_m_ring_partial_bytes(int m, int grid);
+int small_m_ring_grid(int n, int k, int stage_k, int sms, int row_groups = 1);
+size_t small_m_ring_partial_bytes(int m, int grid, int row_groups = 1);
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream);
 
