@@ -4,7 +4,8 @@
 // plain problem in the same run. Tuning data, not acceptance: record op "gemm_sweep", case
 // "<M>x<N>x<K> B(..) cfg=<c> s=<splits> g=<group> <epilogue>", no target.
 //   cfg: -1 automatic, 0 128x256 cluster 2x1, 1 128x128, 2 128x64, 3 128x64 cluster 1x2,
-//   4 64x128, 5 128x192, 6 64x64 cluster 2x1, 7 64x64, 8 128x128 cluster 2x1 (3..8: B (N,K));
+//   4 64x128, 5 128x192, 6 64x64 cluster 2x1, 7 64x64, 8 128x128 cluster 2x1, 9 64x96 cluster
+//   2x1 (3..9: B (N,K));
 //   s 0 / g 0: the plan's choice.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -191,9 +192,9 @@ void suite_gemm_sweep(SuiteContext& ctx) {
       if (end == std::string::npos) end = list.size();
       long long m = 0, n = 0, k = 0;
       if (std::sscanf(list.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3) {
-        // 128x256 (0), 128x192 (5) and the 2x1 clusters of 64x64 (6) and 128x128 (8) have no
-        // split-K.
-        std::vector<Variant> vs = splits_of({0, 5, 6, 8}, {1});
+        // 128x256 (0), 128x192 (5) and the 2x1 clusters of 64x64 (6), 128x128 (8) and 64x96
+        // (9) have no split-K.
+        std::vector<Variant> vs = splits_of({0, 5, 6, 8, 9}, {1});
         for (const Variant& v : splits_of({1, 2, 3, 4, 7}, {1, 2, 4, 8})) vs.push_back(v);
         // TESSEL_GEMM_SWEEP_VARIANTS="cfg:splits,..." keeps only those (e.g. for a profiler).
         if (const char* only = std::getenv("TESSEL_GEMM_SWEEP_VARIANTS")) {

@@ -278,16 +278,47 @@ TEST_F(GemmGpu, TinyTileConfigs) {
   }
   gemm_detail::set_tuning(-1, 0, 0);
   check({127, 4096, 264, DType::bf16, DType::bf16, BLayout::nk});
-  // Decode rows with a weight of <= one wave of 64x64 tiles: gemm runs these here (split-K
-  // 2 and 1), not in the small-M kernel.
+  // Decode rows with a weight of <= one wave of 64x64 tiles: gemm runs M = 17-32 here (split-K
+  // 2 and 1); M <= 16 goes to the small-M ring kernel (gemm_small_m_preferred).
   check({16, 4104, 2056, DType::bf16, DType::bf16, BLayout::nk});
   check({32, 2056, 1032, DType::f16, DType::f32, BLayout::nk, 1.f, 0.5f});
   check({9, 4096, 520, DType::bf16, DType::bf16, BLayout::nk});
 }
 
-// A decode-shaped gemm (M = 16, 64x64 tiles with split-K) captured into a CUDA graph on a
-// fresh stream: nothing may be allocated under capture, so it runs one split; the replays
-// match float64.
+// 64x96 tiles in 2x1 clusters (cfg 9, B multicast), forced: ragged M / N / K, every output
+// dtype (16-bit outputs store the last 32 columns of each tile from registers, f32 fills three
+// 32-column boxes), bias + activation, in-place residual, a batch; B (K,N) runs the 128x64
+// kernel instead.
+TEST_F(GemmGpu, Tiny96TileConfig) {
+  struct Reset {
+    ~Reset() { gemm_detail::set_tuning(-1, 0, 0); }
+  } reset;
+  gemm_detail::set_tuning(9, 0, 0);
+  check({128, 6144, 520, DType::bf16, DType::bf16, BLayout::nk});
+  check({33, 104, 200, DType::bf16, DType::bf16, BLayout::nk});
+  check({129, 200, 1032, DType::f16, DType::f32, BLayout::nk});
+  check({65, 296, 136, DType::f16, DType::f16, BLayout::nk, -0.5f});
+  Case c{65, 392, 136, DType::bf16, DType::f16, BLayout::nk, 0.5f, 1.f};
+  c.bias = Bias::f32;
+  c.act = GemmActivation::gelu_tanh;
+  check(c);
+  Case r{200, 264, 520, DType::bf16, DType::bf16, BLayout::nk, 1.f, 1.f};
+  r.bias = Bias::out;
+  r.in_place_c = true;
+  check(r);
+  Case s{100, 200, 72, DType::bf16, DType::bf16, BLayout::nk, 1.f, 0.5f};
+  s.act = GemmActivation::silu;
+  check(s);
+  Case bt{100, 200, 136, DType::bf16, DType::f16, BLayout::nk, 1.f, 0.5f, 8};
+  bt.batch = 3;
+  bt.batch_pad = 8;
+  check(bt);
+  check({70, 136, 200, DType::bf16, DType::bf16, BLayout::kn});
+}
+
+// A decode-shaped gemm (M = 16: the small-M family; its ring kernel's workspace cannot be
+// allocated under capture, so the register kernel with one split runs) captured into a CUDA
+// graph on a fresh stream; the replays match float64.
 TEST_F(GemmGpu, DecodeShapeUnderGraphCapture) {
   const int64_t m = 16, n = 4104, k = 2056;
   std::vector<double> a = rng().uniform(static_cast<size_t>(m * k), -1, 1);

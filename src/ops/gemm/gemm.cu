@@ -47,6 +47,7 @@ using gemm_detail::kMidM2;
 using gemm_detail::kSmall;
 using gemm_detail::kSmallN2;
 using gemm_detail::kTiny;
+using gemm_detail::kTiny96;
 using gemm_detail::kTinySplit;
 using gemm_detail::kWide;
 
@@ -196,8 +197,9 @@ Plan plan_of(int id) {
 }
 
 std::string plan_name(const Plan& p) {
-  static const char* const names[] = {"128x256 2x1", "128x128",   "128x64", "128x64 1x2", "64x128",
-                                      "128x192",     "64x64 2x1", "64x64",  "128x128 2x1"};
+  static const char* const names[] = {"128x256 2x1", "128x128",  "128x64",    "128x64 1x2",
+                                      "64x128",      "128x192",  "64x64 2x1", "64x64",
+                                      "128x128 2x1", "64x96 2x1"};
   return std::string(names[p.cfg]) + " splits " + std::to_string(p.splits) + " group " +
          std::to_string(p.group);
 }
@@ -213,7 +215,7 @@ std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, boo
       {kSmall, 128, 64, 1, 1, true, false},  {kSmallN2, 128, 64, 1, 2, true, true},
       {kFlat, 64, 128, 1, 1, true, true},    {kWide, 128, 192, 1, 1, false, true},
       {kTiny, 64, 64, 2, 1, false, true},    {kTinySplit, 64, 64, 1, 1, true, true},
-      {kMidM2, 128, 128, 2, 1, false, true},
+      {kMidM2, 128, 128, 2, 1, false, true}, {kTiny96, 64, 96, 2, 1, false, true},
   };
   std::vector<int> ids{plan_id(fallback)};
   auto add = [&](int cfg, int splits, int group) {
@@ -460,6 +462,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   p.epi.out = d.dtype == DType::f32   ? OutType::f32
               : d.dtype == DType::f16 ? OutType::f16
                                       : OutType::bf16;
+  p.epi.d = d.data;  // launch_plan points it at its own output
   GemmOperands ops;
   ops.a = a.data;
   ops.lda = av.pitch;
@@ -477,6 +480,9 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
     q.epi.ldc = ldc;
     q.epi.c_batch = bsc;
     q.epi.beta = c ? opt.beta : 0.f;
+    q.epi.d = out;
+    q.epi.ldd = ld_out;
+    q.epi.d_batch = bs_out;
     CUtensorMap tma_d;
     const CUtensorMapDataType dt = d.dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                    : d.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16

@@ -57,6 +57,13 @@ using TinySplitTile = GemmConfig<T, Major::K, 64, 64, 64, 13, 1>;
 template <class T>
 using MidTileM2 = GemmConfig<T, Major::K, 128, 128, 64, 6, 2>;
 
+// 64x96 tiles in clusters of 2 along M (B multicast), 10 stages (200 KB): M = 128 against
+// N = 6144-class weights, where 64 cluster tiles of 128x96 make one wave on 132 SMs (128x64:
+// 96 CTAs, 0.73 wave; 64x64 pairs: 192 CTAs, 1.45 waves). The last 32 columns of 16-bit
+// outputs fill no 64-column store box and are stored from registers. B (N,K) only.
+template <class T>
+using Tiny96Tile = GemmConfig<T, Major::K, 64, 96, 64, 10, 2>;
+
 enum TileCfg : int {
   kBig = 0,
   kMid = 1,
@@ -67,8 +74,9 @@ enum TileCfg : int {
   kTiny = 6,
   kTinySplit = 7,
   kMidM2 = 8,
+  kTiny96 = 9,
 };
-constexpr int kNumTileCfgs = 9;
+constexpr int kNumTileCfgs = 10;
 
 // Split-K partial sums: per (device, stream) scratch owned by gemm (gemm.cu); nullptr when it
 // would have to grow and may_allocate is false.
@@ -110,7 +118,7 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
       case kMidM2: launch<MidTile<T, Major::MN>>(ops, tma_d, p, sms, stream); break;
       default:
         launch<SmallTile<T, Major::MN>>(ops, tma_d, p, sms, stream);
-        break;  // kSmall, kSmallN2, kFlat, kTiny, kTinySplit
+        break;  // kSmall, kSmallN2, kFlat, kTiny, kTinySplit, kTiny96
     }
   } else {
     switch (cfg) {
@@ -122,6 +130,7 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
       case kTiny: launch<TinyTile<T>>(ops, tma_d, p, sms, stream); break;
       case kTinySplit: launch<TinySplitTile<T>>(ops, tma_d, p, sms, stream); break;
       case kMidM2: launch<MidTileM2<T>>(ops, tma_d, p, sms, stream); break;
+      case kTiny96: launch<Tiny96Tile<T>>(ops, tma_d, p, sms, stream); break;
       default: launch<SmallTile<T, Major::K>>(ops, tma_d, p, sms, stream); break;
     }
   }

@@ -26,10 +26,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
-
-#include <cstdint>
 
 #include "tile/sm90/tma.cuh"
 
@@ -49,6 +48,11 @@ struct EpilogueParams {
   float beta = 0.f;
   OutType out = OutType::bf16;
   Act act = Act::none;
+  // D itself, for the columns of a tile that fill no whole store box (BN % box width, e.g. the
+  // last 32 of a 96-wide tile of 16-bit outputs): stored directly from registers.
+  void* d = nullptr;
+  int64_t ldd = 0;
+  int64_t d_batch = 0;
 };
 
 // Bias of column `col` as f32 (bias is f32 or d's dtype).
@@ -84,14 +88,18 @@ template <class TOut>
 struct OutPair;
 template <>
 struct OutPair<float> {
-  __device__ static void store(char* p, float x, float y) { *reinterpret_cast<float2*>(p) = make_float2(x, y); }
+  __device__ static void store(char* p, float x, float y) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+  }
   __device__ static float2 load(const void* p) { return *static_cast<const float2*>(p); }
   // 16 bytes of the box (4 values) += beta · 16 bytes of C
   __device__ static uint4 axpy(uint4 box, uint4 c, float beta) {
     float4 v = *reinterpret_cast<float4*>(&box);
     const float4 w = *reinterpret_cast<float4*>(&c);
-    v.x = fmaf(beta, w.x, v.x); v.y = fmaf(beta, w.y, v.y);
-    v.z = fmaf(beta, w.z, v.z); v.w = fmaf(beta, w.w, v.w);
+    v.x = fmaf(beta, w.x, v.x);
+    v.y = fmaf(beta, w.y, v.y);
+    v.z = fmaf(beta, w.z, v.z);
+    v.w = fmaf(beta, w.w, v.w);
     return *reinterpret_cast<uint4*>(&v);
   }
 };
@@ -114,8 +122,12 @@ __device__ __forceinline__ float2 unpack_b2(__nv_bfloat162 v) { return __bfloat1
 __device__ __forceinline__ __nv_bfloat162 pack_b2(float2 v) { return __float22bfloat162_rn(v); }
 template <>
 struct OutPair<__half> {
-  __device__ static void store(char* p, float x, float y) { *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y); }
-  __device__ static float2 load(const void* p) { return __half22float2(*static_cast<const __half2*>(p)); }
+  __device__ static void store(char* p, float x, float y) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+  }
+  __device__ static float2 load(const void* p) {
+    return __half22float2(*static_cast<const __half2*>(p));
+  }
   __device__ static uint4 axpy(uint4 box, uint4 c, float beta) {
     return axpy16<__half2, unpack_h2, pack_h2>(box, c, beta);
   }
@@ -135,7 +147,9 @@ struct OutPair<__nv_bfloat16> {
 
 // Out of line: erff inlined 128 times per tile variant tripled the kernels' code and compile
 // time for a rarely used mode.
-static __device__ __noinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
+static __device__ __noinline__ float gelu_erf(float v) {
+  return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+}
 
 // tanh.approx.f32 (one MUFU op, relative error ~2^-11): below the rounding of 16-bit outputs.
 __device__ __forceinline__ float tanh_approx(float x) {
@@ -149,7 +163,8 @@ __device__ __forceinline__ float tanh_approx(float x) {
 // MUFU ops, accurate to a few fp32 ulps.
 template <EpiMode MODE, bool kTanh>
 __device__ __forceinline__ float apply(float v, float k1, float k3) {
-  if constexpr (MODE == EpiMode::relu) return fmaxf(v, 0.f);
+  if constexpr (MODE == EpiMode::relu)
+    return fmaxf(v, 0.f);
   else if constexpr (MODE == EpiMode::sigmoid) {
     if constexpr (kTanh) {
       const float h = 0.5f * v;
@@ -157,8 +172,10 @@ __device__ __forceinline__ float apply(float v, float k1, float k3) {
     } else {
       return __fdividef(v, 1.f + __expf(-v * fmaf(k3, v * v, k1)));
     }
-  } else if constexpr (MODE == EpiMode::erf) return gelu_erf(v);
-  else return v;
+  } else if constexpr (MODE == EpiMode::erf)
+    return gelu_erf(v);
+  else
+    return v;
 }
 
 // Named barrier over the 128 threads of one warpgroup (ids 1.. ; 0 is __syncthreads).
@@ -178,12 +195,12 @@ struct EpilogueCtx {
 // sbias: the tile's BN bias values as f32 in shared memory (0 past N), or nullptr.
 template <class TOut, int BN, EpiMode MODE, class Acc>
 __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpilogueParams& p,
-                                              EpilogueCtx& e, int row0, int col0, int batch,
-                                              int M, int N, const float* sbias, float k1, float k3) {
+                                              EpilogueCtx& e, int row0, int col0, int batch, int M,
+                                              int N, const float* sbias, float k1, float k3) {
   constexpr int ES = sizeof(TOut);
   constexpr int CW = 128 / ES;  // columns per box
   constexpr int VE = 16 / ES;   // elements per 16-byte vector
-  static_assert(BN % CW == 0, "tile width a multiple of the box width");
+  static_assert(BN % 8 == 0, "tile width a multiple of the fragment's 8 columns");
   const int lane = e.tid & 31;
   const int r = 16 * (e.tid >> 5) + (lane >> 2);  // row in the box of values 4j, 4j+1
   const int sw = lane >> 2;                       // r % 8: the swizzle of rows r and r + 8
@@ -203,7 +220,8 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
     float2 bv[CW / 8];
     CUTE_UNROLL
     for (int jl = 0; jl < CW / 8; ++jl)
-      bv[jl] = sbias ? *reinterpret_cast<const float2*>(sbias + c * CW + 8 * jl + 2 * q4) : make_float2(0.f, 0.f);
+      bv[jl] = sbias ? *reinterpret_cast<const float2*>(sbias + c * CW + 8 * jl + 2 * q4)
+                     : make_float2(0.f, 0.f);
     uint4 cvec[4];
     if (use_c) {
       CUTE_UNROLL
@@ -212,8 +230,9 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
         const int row = row0 + vr, col = cc0 + vq * VE;
         cvec[it] = make_uint4(0u, 0u, 0u, 0u);
         if (row < M && col < N)
-          cvec[it] = *reinterpret_cast<const uint4*>(static_cast<const TOut*>(p.c) + batch * p.c_batch +
-                                                     static_cast<int64_t>(row) * p.ldc + col);
+          cvec[it] =
+              *reinterpret_cast<const uint4*>(static_cast<const TOut*>(p.c) + batch * p.c_batch +
+                                              static_cast<int64_t>(row) * p.ldc + col);
       }
     }
     if (e.tid == 0) cute::tma_store_wait<1>();  // the box written two boxes ago was read
@@ -228,8 +247,10 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
         const float y = apply<MODE, kTanh>(fmaf(p.alpha, acc(4 * j + 2 * h + 1), bv[jl].y), k1, k3);
         const int rr = r + 8 * h;
         int off;
-        if constexpr (ES == 2) off = rr * 128 + ((jl ^ sw) << 4) + 4 * q4;
-        else off = rr * 128 + (((2 * jl + (q4 >> 1)) ^ sw) << 4) + 8 * (q4 & 1);
+        if constexpr (ES == 2)
+          off = rr * 128 + ((jl ^ sw) << 4) + 4 * q4;
+        else
+          off = rr * 128 + (((2 * jl + (q4 >> 1)) ^ sw) << 4) + 8 * (q4 & 1);
         OutPair<TOut>::store(b + off, x, y);
       }
     }
@@ -250,21 +271,60 @@ __device__ __forceinline__ void store_tile_as(const Acc& acc, const EpiloguePara
     }
     e.parity ^= 1;
   }
+  if constexpr (BN % CW != 0) {
+    // The columns past the last whole box: a box there would overwrite the next tile's
+    // columns, so each thread stores its pairs (rows r, r + 8; columns 8j + 2q4, + 1) directly.
+    // Rounding as above: alpha·acc + bias, the activation, rounded to TOut; then + beta·C.
+    TOut* dbase = static_cast<TOut*>(p.d) + batch * p.d_batch;
+    const TOut* cbase = static_cast<const TOut*>(p.c) + batch * p.c_batch;
+    CUTE_UNROLL
+    for (int j = (BN / CW) * (CW / 8); j < BN / 8; ++j) {
+      const int col = col0 + 8 * j + 2 * q4;  // N is a multiple of 8: col + 1 < N too
+      if (col >= N) continue;
+      const float2 bj =
+          sbias ? *reinterpret_cast<const float2*>(sbias + 8 * j + 2 * q4) : make_float2(0.f, 0.f);
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + r + 8 * h;
+        if (row >= M) continue;
+        const float x = apply<MODE, kTanh>(fmaf(p.alpha, acc(4 * j + 2 * h), bj.x), k1, k3);
+        const float y = apply<MODE, kTanh>(fmaf(p.alpha, acc(4 * j + 2 * h + 1), bj.y), k1, k3);
+        static_assert(ES == 2, "f32 tiles are whole 32-column boxes");
+        uint32_t pair;  // the two rounded outputs
+        OutPair<TOut>::store(reinterpret_cast<char*>(&pair), x, y);
+        if (use_c) {
+          const float2 v = OutPair<TOut>::load(&pair);
+          const float2 cv = OutPair<TOut>::load(cbase + static_cast<int64_t>(row) * p.ldc + col);
+          OutPair<TOut>::store(reinterpret_cast<char*>(&pair), fmaf(p.beta, cv.x, v.x),
+                               fmaf(p.beta, cv.y, v.y));
+        }
+        *reinterpret_cast<uint32_t*>(dbase + static_cast<int64_t>(row) * p.ldd + col) = pair;
+      }
+    }
+  }
 }
 
 template <class TOut, int BN, class Acc>
-__device__ __forceinline__ void store_tile_out(const Acc& acc, const EpilogueParams& p, EpilogueCtx& e,
-                                               int row0, int col0, int batch, int M, int N,
-                                               const float* sb) {
+__device__ __forceinline__ void store_tile_out(const Acc& acc, const EpilogueParams& p,
+                                               EpilogueCtx& e, int row0, int col0, int batch, int M,
+                                               int N, const float* sb) {
   switch (p.act) {
-    case Act::none: store_tile_as<TOut, BN, EpiMode::linear>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f); break;
-    case Act::relu: store_tile_as<TOut, BN, EpiMode::relu>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f); break;
-    case Act::gelu_tanh:
-      store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, sb, 1.5957691216057308f,
-                                                0.07135481627260025f);
+    case Act::none:
+      store_tile_as<TOut, BN, EpiMode::linear>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f);
       break;
-    case Act::silu: store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, sb, 1.f, 0.f); break;
-    case Act::gelu: store_tile_as<TOut, BN, EpiMode::erf>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f); break;
+    case Act::relu:
+      store_tile_as<TOut, BN, EpiMode::relu>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f);
+      break;
+    case Act::gelu_tanh:
+      store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, sb,
+                                                1.5957691216057308f, 0.07135481627260025f);
+      break;
+    case Act::silu:
+      store_tile_as<TOut, BN, EpiMode::sigmoid>(acc, p, e, row0, col0, batch, M, N, sb, 1.f, 0.f);
+      break;
+    case Act::gelu:
+      store_tile_as<TOut, BN, EpiMode::erf>(acc, p, e, row0, col0, batch, M, N, sb, 0.f, 0.f);
+      break;
   }
 }
 
@@ -277,7 +337,9 @@ __device__ __forceinline__ void store_tile(const Acc& acc, const EpilogueParams&
   switch (p.out) {
     case OutType::f32: store_tile_out<float, BN>(acc, p, e, row0, col0, batch, M, N, sbias); break;
     case OutType::f16: store_tile_out<__half, BN>(acc, p, e, row0, col0, batch, M, N, sbias); break;
-    case OutType::bf16: store_tile_out<__nv_bfloat16, BN>(acc, p, e, row0, col0, batch, M, N, sbias); break;
+    case OutType::bf16:
+      store_tile_out<__nv_bfloat16, BN>(acc, p, e, row0, col0, batch, M, N, sbias);
+      break;
   }
 }
 
