@@ -291,7 +291,7 @@ def run_model(tf, args, name, copy_gbps, done=()):
           flush=True)
 
     hf = {}
-    for b in (1, 16):
+    for b in args.batches:
         if args.no_baseline:  # development runs: tessel alone (records not for committing)
             hf[b] = (float("inf"), float("inf"))
             continue
@@ -322,7 +322,7 @@ def run_model(tf, args, name, copy_gbps, done=()):
         t1 = time.time()
         pretune(args.tessel, gemm_shapes(cfg, (1, 16, args.prompt)), cache)
         print(f"tessel tune ({prefix} decode + prefill GEMMs): {time.time() - t1:.0f} s", flush=True)
-    for b in (1, 16):
+    for b in args.batches:
         prefill_tps, decode_tps, text = tessel_times(args.tessel, folder, b, args.prompt,
                                                      args.new_tokens, tune_cache=cache)
         print(f"tessel {prefix} b{b}: prefill {prefill_tps:.0f} tok/s, decode {decode_tps:.1f} "
@@ -384,6 +384,8 @@ def main():
     ap.add_argument("--layers", type=int, default=0, help="override the layer count (quick runs)")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--batches", type=lambda v: [int(x) for x in v.split(",")], default=[1, 16],
+                    help="decode batch sizes of the tessel runs (default 1,16)")
     ap.add_argument("--compare-graphs", action="store_true")
     ap.add_argument("--compare", action="append", default=[], metavar="VAR=VALUE",
                     help="also run tessel with this environment variable (repeatable); the "
