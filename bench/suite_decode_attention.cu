@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -94,12 +95,18 @@ __global__ void fill_i32(int32_t* p, int64_t n, int32_t v) {
     p[i] = v;
 }
 
-// Shuffled pages: sequence b's j-th page is perm[b * max_pages + j].
+// Shuffled pages: sequence b's j-th page is perm[b * max_pages + j]. TESSEL_BENCH_PAGES=
+// identity keeps them in order (the contiguous cache's addresses through the paged kernel: a
+// diagnostic of where a paged / contiguous gap comes from).
 DeviceMem block_table(int64_t batch, int64_t max_pages, uint32_t seed, cudaStream_t s) {
   std::vector<int32_t> perm(static_cast<size_t>(batch * max_pages));
   std::iota(perm.begin(), perm.end(), 0);
+  static const bool identity = [] {
+    const char* v = std::getenv("TESSEL_BENCH_PAGES");
+    return v != nullptr && std::string(v) == "identity";
+  }();
   std::mt19937 gen(seed);
-  std::shuffle(perm.begin(), perm.end(), gen);
+  if (!identity) std::shuffle(perm.begin(), perm.end(), gen);
   DeviceMem m(perm.size() * 4);
   TESSEL_BENCH_CUDA(
       cudaMemcpyAsync(m.get(), perm.data(), perm.size() * 4, cudaMemcpyHostToDevice, s));
