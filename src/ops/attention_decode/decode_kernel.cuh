@@ -249,6 +249,35 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         return static_cast<const T*>(base) + b * sb + static_cast<int64_t>(t0 + t) * st + kvh * sh;
       }
     };
+    constexpr int kRowsPerPass = C::THREADS / CPR_K;
+    if constexpr (!C::KV_SHARED && CPR_K == CPR_V && C::THREADS % CPR_K == 0 &&
+                  TILE % kRowsPerPass == 0) {
+      // K and V rows of the same token in one pass: each thread keeps its 16-byte column c and
+      // resolves each of its tokens (page entry, bounds) once for both caches — the same
+      // chunk-to-thread map as the two loops below, fewer shared loads and address math.
+      const int c = tid % CPR_K;
+      uint4* sv = sk + TILE * CPR_K;
+#pragma unroll
+      for (int t = tid / CPR_K; t < TILE; t += kRowsPerPass) {
+        const T* krow;
+        const T* vrow;
+        if constexpr (C::PAGED) {
+          const int2 e = pg[t];
+          krow = e.x < 0 ? nullptr
+                         : static_cast<const T*>(a.k) + e.x * a.k_sb + e.y * a.k_st + kvh * a.k_sh;
+          vrow = e.x < 0 ? nullptr
+                         : static_cast<const T*>(a.v) + e.x * a.v_sb + e.y * a.v_st + kvh * a.v_sh;
+        } else {
+          const bool in = t0 + t < end;
+          const int64_t pos = t0 + t;
+          krow = in ? static_cast<const T*>(a.k) + b * a.k_sb + pos * a.k_st + kvh * a.k_sh : nullptr;
+          vrow = in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
+        }
+        cp_async16(sk + swz<CPR_K>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
+        cp_async16(sv + swz<CPR_V>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
+      }
+      return;
+    }
     for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
       const int t = idx / CPR_K, c = idx - t * CPR_K;
       const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
