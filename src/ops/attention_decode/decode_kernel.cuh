@@ -278,6 +278,18 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       }
       return;
     }
+    if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 && CPR_K % (C::THREADS / TILE) == 0) {
+      // One latent tile (MLA): kThreadsPerToken threads per token, each resolving its token's
+      // row once and copying every kThreadsPerToken-th chunk (each group of 8 lanes covers
+      // 128 contiguous bytes of one row), instead of a page lookup and address per chunk.
+      constexpr int kThreadsPerToken = C::THREADS / TILE;
+      const int t = tid / kThreadsPerToken;
+      const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
+#pragma unroll
+      for (int c = tid % kThreadsPerToken; c < CPR_K; c += kThreadsPerToken)
+        cp_async16(sk + swz<CPR_K>(t, c), row ? row + c * 8 : a.k, row != nullptr);
+      return;
+    }
     for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
       const int t = idx / CPR_K, c = idx - t * CPR_K;
       const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
