@@ -3,6 +3,7 @@
 // f32/f16/bf16; backward = inverse rotation (forward then backward returns the input).
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -27,6 +28,11 @@ const Case kCases[] = {
     {33, 3, 1, 128, 64, true, true, false},  {127, 8, 2, 128, 0, false, true, false},
     {65, 5, 3, 80, 40, false, false, false}, {17, 4, 1, 128, 0, true, true, true},
     {9, 2, 2, 6, 4, false, false, true},     {300, 32, 8, 128, 0, true, true, true},
+    // The wide-token path (128 ... 1024 items of heads x pair vectors per token): a ragged last
+    // block with idle threads (160 items), items past 2 x 256 per block; then 1152 items, past
+    // that path's 4 items per thread (the flat loop again).
+    {301, 16, 4, 128, 0, true, false, false}, {50, 64, 16, 128, 0, true, true, false},
+    {37, 48, 16, 128, 0, false, false, false}, {5, 128, 16, 128, 0, true, false, false},
 };
 
 class RopeGpu : public test::GpuTest, public ::testing::WithParamInterface<Param> {};
@@ -93,7 +99,7 @@ std::string name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, RopeGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Range(0, 8)),
+                                            ::testing::Range(0, static_cast<int>(std::size(kCases)))),
                          name);
 
 }  // namespace
