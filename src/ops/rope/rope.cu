@@ -31,39 +31,6 @@ struct RopeArgs {
   double inv_freq[kMaxRotary / 2];
 };
 
-// One item: rotate VP frequencies of one head of one token by cos c[j], sin s[j]: the pairs
-// (x[i], x[i + half]) at p = x + i0 (neox) or the interleaved pairs at p = x + 2 i0 (gptj).
-template <class T, int VP, bool NEOX>
-__device__ __forceinline__ void rotate(T* p, int half, const float* c, const float* s) {
-  if constexpr (NEOX) {
-    Frag<T, VP> fa = load_frag<VP>(p), fb = load_frag<VP>(p + half);
-#pragma unroll
-    for (int j = 0; j < VP; ++j) {
-      const float x0 = to_f32(fa.v[j]), x1 = to_f32(fb.v[j]);
-      fa.v[j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
-      fb.v[j] = from_f32<T>(x1 * c[j] + x0 * s[j]);
-    }
-    store_frag<VP>(p, fa);
-    store_frag<VP>(p + half, fb);
-  } else if constexpr (VP > 1) {
-    Frag<T, 2 * VP> f = load_frag<2 * VP>(p);
-#pragma unroll
-    for (int j = 0; j < VP; ++j) {
-      const float x0 = to_f32(f.v[2 * j]), x1 = to_f32(f.v[2 * j + 1]);
-      f.v[2 * j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
-      f.v[2 * j + 1] = from_f32<T>(x1 * c[j] + x0 * s[j]);
-    }
-    store_frag<2 * VP>(p, f);
-  } else {
-    const float x0 = to_f32(p[0]), x1 = to_f32(p[1]);
-    p[0] = from_f32<T>(x0 * c[0] - x1 * s[0]);
-    p[1] = from_f32<T>(x1 * c[0] + x0 * s[0]);
-  }
-}
-
-// Items per thread of the wide-token path (items = heads x pair vectors per token).
-constexpr int kMaxItemsPerThread = 4;
-
 template <class T, int VP, bool NEOX, class P>
 __global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos, const __grid_constant__ RopeArgs<T> a) {
   extern __shared__ float sm[];
@@ -85,25 +52,6 @@ __global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos,
   __syncthreads();
   const int per_head = half / VP;
   const int items = (a.hq + a.hkv) * per_head;
-  constexpr int kStep = NEOX ? 1 : 2;  // elements per frequency index in a pair vector's offset
-  if (items >= kBlock / 2 && items <= kMaxItemsPerThread * kBlock) {
-    // Wide tokens (Llama-3-8B: 40 heads x 8 vectors): each thread owns the items threadIdx.x +
-    // j * kBlock (a fixed head and pair vector) for every token of the block, so the head and
-    // offset arithmetic (two integer divisions) runs once per item, not per (token, item).
-    const int ntok = static_cast<int>(min(static_cast<int64_t>(a.tpb), a.tokens - t0));
-#pragma unroll
-    for (int j = 0; j < kMaxItemsPerThread; ++j) {
-      const int r = threadIdx.x + j * kBlock;
-      if (r >= items) break;
-      const int h = r / per_head;
-      const int i0 = (r - h * per_head) * VP;
-      const int64_t ts = h < a.hq ? a.q_ts : a.k_ts;
-      T* p = (h < a.hq ? a.q + h * a.q_hs : a.k + (h - a.hq) * a.k_hs) + t0 * ts + i0 * kStep;
-      for (int t = 0; t < ntok; ++t, p += ts)
-        rotate<T, VP, NEOX>(p, half, cs + t * half + i0, sn + t * half + i0);
-    }
-    return;
-  }
   for (int idx = threadIdx.x; idx < a.tpb * items; idx += kBlock) {
     const int t = idx / items;
     const int r = idx - t * items;
@@ -112,7 +60,32 @@ __global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos,
     const int h = r / per_head;
     const int i0 = (r - h * per_head) * VP;
     T* base = h < a.hq ? a.q + tok * a.q_ts + h * a.q_hs : a.k + tok * a.k_ts + (h - a.hq) * a.k_hs;
-    rotate<T, VP, NEOX>(base + i0 * kStep, half, cs + t * half + i0, sn + t * half + i0);
+    const float* c = cs + t * half + i0;
+    const float* s = sn + t * half + i0;
+    if constexpr (NEOX) {
+      Frag<T, VP> fa = load_frag<VP>(base + i0), fb = load_frag<VP>(base + half + i0);
+#pragma unroll
+      for (int j = 0; j < VP; ++j) {
+        const float x0 = to_f32(fa.v[j]), x1 = to_f32(fb.v[j]);
+        fa.v[j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
+        fb.v[j] = from_f32<T>(x1 * c[j] + x0 * s[j]);
+      }
+      store_frag<VP>(base + i0, fa);
+      store_frag<VP>(base + half + i0, fb);
+    } else if constexpr (VP > 1) {
+      Frag<T, 2 * VP> f = load_frag<2 * VP>(base + 2 * i0);
+#pragma unroll
+      for (int j = 0; j < VP; ++j) {
+        const float x0 = to_f32(f.v[2 * j]), x1 = to_f32(f.v[2 * j + 1]);
+        f.v[2 * j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
+        f.v[2 * j + 1] = from_f32<T>(x1 * c[j] + x0 * s[j]);
+      }
+      store_frag<2 * VP>(base + 2 * i0, f);
+    } else {
+      const float x0 = to_f32(base[2 * i0]), x1 = to_f32(base[2 * i0 + 1]);
+      base[2 * i0] = from_f32<T>(x0 * c[0] - x1 * s[0]);
+      base[2 * i0 + 1] = from_f32<T>(x1 * c[0] + x0 * s[0]);
+    }
   }
 }
 
@@ -210,12 +183,7 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
     const bool vec_ok = ok(q, hq) && ok(k, hkv) && (neox ? a.half % V == 0 : rd % V == 0);
     const int vp = vec_ok ? (neox ? V : V / 2) : 1;
     const int64_t items = (hq + hkv) * (a.half / vp);
-    // Tokens per block: ~2 items per thread on the flat path; on the wide-token path (items >=
-    // kBlock / 2) ~16 per thread, amortizing the block's cos/sin phase over more bytes.
-    const bool wide = items >= kBlock / 2 && items <= kMaxItemsPerThread * kBlock;
-    a.tpb = static_cast<int>(std::clamp<int64_t>((wide ? kBlock * 16 : kBlock * 2) /
-                                                     std::max<int64_t>(items, 1),
-                                                 1, 16));
+    a.tpb = static_cast<int>(std::clamp<int64_t>(kBlock * 2 / std::max<int64_t>(items, 1), 1, 16));
     const unsigned grid = static_cast<unsigned>(tile::ceil_div(T, a.tpb));
     const size_t smem = sizeof(float) * 2 * a.tpb * a.half;
     auto launch = [&](auto pos_tag) {
