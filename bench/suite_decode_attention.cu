@@ -269,7 +269,7 @@ void run_decode_suite(SuiteContext& ctx) {
       DecodeParams p;
       p.block_table = &tbt;
       p.scale = 1.0 / std::sqrt(192.0);
-      const Shape sh = {{"B", B},          {"H", H},       {"Sq", 1},         {"Skv", Skv},
+      const Shape sh = {{"B", B},          {"H", H},       {"Sq", 1},        {"Skv", Skv},
                         {"D_latent", 512}, {"D_rope", 64}, {"page_size", ps}};
       run(
           ctx, "mla_decode", sh, "B=64 H=" + std::to_string(H) + " Skv=8192 latent 512+64 paged 64",

@@ -24,15 +24,21 @@ struct Case {
 
 using Param = std::tuple<DType, int>;
 const Case kCases[] = {
-    {1, 1, 1, 2, 0, true, false, false},     {7, 4, 2, 64, 0, true, false, false},
-    {33, 3, 1, 128, 64, true, true, false},  {127, 8, 2, 128, 0, false, true, false},
-    {65, 5, 3, 80, 40, false, false, false}, {17, 4, 1, 128, 0, true, true, true},
-    {9, 2, 2, 6, 4, false, false, true},     {300, 32, 8, 128, 0, true, true, true},
+    {1, 1, 1, 2, 0, true, false, false},
+    {7, 4, 2, 64, 0, true, false, false},
+    {33, 3, 1, 128, 64, true, true, false},
+    {127, 8, 2, 128, 0, false, true, false},
+    {65, 5, 3, 80, 40, false, false, false},
+    {17, 4, 1, 128, 0, true, true, true},
+    {9, 2, 2, 6, 4, false, false, true},
+    {300, 32, 8, 128, 0, true, true, true},
     // The wide-token path (128 ... 1024 items of heads x pair vectors per token): a ragged last
     // block with idle threads (160 items), items past 2 x 256 per block; then 1152 items, past
     // that path's 4 items per thread (the flat loop again).
-    {301, 16, 4, 128, 0, true, false, false}, {50, 64, 16, 128, 0, true, true, false},
-    {37, 48, 16, 128, 0, false, false, false}, {5, 128, 16, 128, 0, true, false, false},
+    {301, 16, 4, 128, 0, true, false, false},
+    {50, 64, 16, 128, 0, true, true, false},
+    {37, 48, 16, 128, 0, false, false, false},
+    {5, 128, 16, 128, 0, true, false, false},
 };
 
 class RopeGpu : public test::GpuTest, public ::testing::WithParamInterface<Param> {};
@@ -56,8 +62,10 @@ TEST_P(RopeGpu, ForwardBackward) {
     for (auto& p : pos) p = rng().integer(0, 131071);
     std::vector<uint8_t> pbytes(pos.size() * dtype_size(pdt));
     for (size_t i = 0; i < pos.size(); ++i) {
-      if (pdt == DType::i32) reinterpret_cast<int32_t*>(pbytes.data())[i] = static_cast<int32_t>(pos[i]);
-      else reinterpret_cast<int64_t*>(pbytes.data())[i] = pos[i];
+      if (pdt == DType::i32)
+        reinterpret_cast<int32_t*>(pbytes.data())[i] = static_cast<int32_t>(pos[i]);
+      else
+        reinterpret_cast<int64_t*>(pbytes.data())[i] = pos[i];
     }
     DeviceTensor pt = test::alloc(pdt, {c.tokens});
     test::upload_bytes(pt, pbytes);
@@ -94,12 +102,14 @@ TEST_P(RopeGpu, ForwardBackward) {
 }
 
 std::string name(const ::testing::TestParamInfo<Param>& info) {
-  return std::string(dtype_name(std::get<0>(info.param))) + "_case" + std::to_string(std::get<1>(info.param));
+  return std::string(dtype_name(std::get<0>(info.param))) + "_case" +
+         std::to_string(std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RopeGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Range(0, static_cast<int>(std::size(kCases)))),
+                                            ::testing::Range(0,
+                                                             static_cast<int>(std::size(kCases)))),
                          name);
 
 }  // namespace

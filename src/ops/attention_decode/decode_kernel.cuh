@@ -270,8 +270,10 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         } else {
           const bool in = t0 + t < end;
           const int64_t pos = t0 + t;
-          krow = in ? static_cast<const T*>(a.k) + b * a.k_sb + pos * a.k_st + kvh * a.k_sh : nullptr;
-          vrow = in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
+          krow =
+              in ? static_cast<const T*>(a.k) + b * a.k_sb + pos * a.k_st + kvh * a.k_sh : nullptr;
+          vrow =
+              in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
         }
         cp_async16(sk + swz<CPR_K>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
         cp_async16(sv + swz<CPR_V>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
