@@ -462,7 +462,6 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   p.epi.out = d.dtype == DType::f32   ? OutType::f32
               : d.dtype == DType::f16 ? OutType::f16
                                       : OutType::bf16;
-  p.epi.d = d.data;  // launch_plan points it at its own output
   GemmOperands ops;
   ops.a = a.data;
   ops.lda = av.pitch;
