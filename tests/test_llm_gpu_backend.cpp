@@ -22,7 +22,6 @@
 #include "expect_error.hpp"
 #include "llm/generate.hpp"
 #include "llm/model.hpp"
-#include "ops/llm_engine/l2_prefetch.hpp"
 #include "test_util.hpp"
 
 namespace tessel::llm {
@@ -245,9 +244,7 @@ TEST_F(LlmGpuBackend, PagedCacheOnePageMatchesCpu) {
 // one op at a time: 3 sequences, positions advancing, the rows' slot order rotating, a batch
 // size change (a sequence finishes, its slot is released and a new prompt reuses it), and
 // 8-token pages so that page allocation and pool growth happen between replays.
-// `prefetch`: TESSEL_L2_PREFETCH roles of the graphs model (its prefetch kernels run on a side
-// stream forked and joined inside each step: the replays must be unchanged by them).
-void graph_steps_equal_eager_steps(const char* prefetch) {
+TEST_F(LlmGpuBackend, CudaGraphStepsEqualEagerSteps) {
   const ModelConfig c = small("llama");
   const MemorySource src = random_weights(c, 41);
   ScopedEnv page("TESSEL_KV_PAGE_SIZE", "8");
@@ -256,13 +253,7 @@ void graph_steps_equal_eager_steps(const char* prefetch) {
     ScopedEnv off("TESSEL_CUDA_GRAPHS", "0");
     eager = std::make_unique<Model>(make_backend("gpu"), c, src, false);
   }
-  std::unique_ptr<Model> graphs_model;
-  {
-    ScopedEnv roles("TESSEL_L2_PREFETCH", prefetch);
-    ScopedEnv rows("TESSEL_L2_PREFETCH_ROWS", "4");  // the decode steps' 2-3 rows
-    graphs_model = std::make_unique<Model>(make_backend("gpu"), c, src, false);
-  }
-  Model& graphs = *graphs_model;
+  Model graphs(make_backend("gpu"), c, src, false);
   ASSERT_NE(graphs.backend().name().find("CUDA graphs"), std::string::npos)
       << graphs.backend().name();
   ASSERT_EQ(eager->backend().name().find("CUDA graphs"), std::string::npos);
@@ -317,27 +308,6 @@ void graph_steps_equal_eager_steps(const char* prefetch) {
     }
   }
   EXPECT_GT(spread, 0.5) << "degenerate logits";
-}
-TEST_F(LlmGpuBackend, CudaGraphStepsEqualEagerSteps) { graph_steps_equal_eager_steps(""); }
-TEST_F(LlmGpuBackend, L2PrefetchStepsEqualEagerSteps) {
-  graph_steps_equal_eager_steps("qkv,o,up,down,lm_head");
-}
-
-// The prefetch kernel on ragged ranges (1 byte, a 16 KB chunk and a tail, more chunks than
-// threads) and a misaligned pointer (an error naming the op and the argument).
-TEST_F(LlmGpuBackend, L2PrefetchRangesAndBadPointer) {
-  const size_t big = (size_t{64} << 20) + 4097;
-  void* p = nullptr;
-  ASSERT_EQ(cudaMalloc(&p, big), cudaSuccess);
-  for (size_t bytes : {size_t{1}, size_t{16385}, size_t{1} << 20, big})
-    for (int ctas : {0, 1, 3})
-      for (bool last : {false, true})
-        llm_engine::l2_prefetch(p, bytes, last, ctas, nullptr);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  test::expect_invalid(
-      [&] { llm_engine::l2_prefetch(static_cast<char*>(p) + 8, 64, false, 0, nullptr); },
-      "l2_prefetch", "p");
-  cudaFree(p);
 }
 TEST_F(LlmGpuBackend, LlamaGptjRopeMatchesCpu) {
   prefill_then_decode(small("llama", RopeStyle::gptj), 12);

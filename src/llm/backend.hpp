@@ -129,12 +129,6 @@ class Backend {
   virtual void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads,
                          int64_t head_dim, const RowLayout& rows, Buf& out) = 0;
   // silu(gate)·up; gate and up may be column views (the halves of a fused gate|up output)
-  // A hint: the step's next ops read weight `w` (`role`: "qkv", "o", "up", "down", "lm_head").
-  // The GPU backend may prefetch it into L2 beside the kernels in between (TESSEL_L2_PREFETCH).
-  virtual void prefetch(const Buf& w, const char* role) {
-    (void)w;
-    (void)role;
-  }
   virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;
   // The SwiGLU MLP's tail: act = silu(gate_up[:, :F]) · gate_up[:, F:], out = act · w_downᵀ
   // (+ bias). act is scratch of (rows, F); backends may fuse the two and not write it.

@@ -37,7 +37,6 @@
 #include "llm/op_profile.hpp"
 #include "ops/gemm/gemm_small_m.hpp"
 #include "ops/llm_engine/argmax_rows.hpp"
-#include "ops/llm_engine/l2_prefetch.hpp"
 #include "ops/llm_engine/rope_tables.hpp"
 #include "runtime/check.hpp"
 #include "tessel/activation.hpp"
@@ -135,12 +134,6 @@ class GpuBackend final : public Backend {
       if (p.ready) cudaEventDestroy(p.ready);
     }
     cudaEventDestroy(input_copied_);
-    if (side_) {
-      cudaStreamSynchronize(side_);
-      cudaEventDestroy(fork_);
-      cudaEventDestroy(join_);
-      cudaStreamDestroy(side_);
-    }
     cudaStreamDestroy(stream_);
   }
 
@@ -414,7 +407,7 @@ class GpuBackend final : public Backend {
       return;
     }
     const DependentLaunchScope dependent(dependent_launch_);
-    if (key < 0 || !graphs_enabled_) return ops_then_join(ops);
+    if (key < 0 || !graphs_enabled_) return ops();
     const GraphKey gk{key,
                       step_.rows,
                       step_.n_logits,
@@ -429,12 +422,11 @@ class GpuBackend final : public Backend {
     }
     // The first step of a shape runs eagerly: it tunes GEMM configs and sizes the per-stream
     // scratch that the capture then reuses (no tuning, allocation or sync inside a capture).
-    if (warmed_.insert(gk).second) return ops_then_join(ops);
+    if (warmed_.insert(gk).second) return ops();
     TESSEL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     try {
-      ops_then_join(ops);
+      ops();
     } catch (...) {
-      side_forked_ = false;
       cudaGraph_t g = nullptr;
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
@@ -512,26 +504,6 @@ class GpuBackend final : public Backend {
     tessel::gemm(mat(x), mat(w), o, stream_, opt);
     mark("matmul", 2.0 * static_cast<double>(w.rows * w.cols),
          [&] { return dims(x) + " x " + dims(w); });
-  }
-  void prefetch(const Buf& w, const char* role) override {
-    // Decode steps only (at most prefetch_rows_ rows): a prefill's GEMMs are compute-bound.
-    if (prefetch_roles_.empty() || profile_.on() || !in_step_ || step_.rows > prefetch_rows_ ||
-        !w)
-      return;
-    if (("," + prefetch_roles_ + ",").find("," + std::string(role) + ",") == std::string::npos)
-      return;
-    if (!side_) {
-      TESSEL_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-      TESSEL_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-      TESSEL_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-    }
-    // On a side stream forked here: the prefetch runs beside the main stream's next kernels,
-    // not as a link of its dependent-launch chain; run_step joins it at the end of the step.
-    const size_t bytes = std::min(static_cast<size_t>(w.rows * w.pitch()) * 2, prefetch_cap_);
-    TESSEL_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-    TESSEL_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
-    llm_engine::l2_prefetch(w.ptr, bytes, prefetch_evict_last_, prefetch_ctas_, side_);
-    side_forked_ = true;
   }
   void rope(Buf& x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, RopeStyle style,
             const float* cos, const float* sin) override {
@@ -863,39 +835,9 @@ class GpuBackend final : public Backend {
         {pool_pages_, page_size_, kv_dim_ / D, D});
   }
 
-  // The step's ops, then the side stream's prefetches joined back into the main stream (a
-  // capture must end with every forked stream joined).
-  void ops_then_join(const std::function<void()>& ops) {
-    ops();
-    if (!side_forked_) return;
-    side_forked_ = false;
-    TESSEL_CUDA_CHECK(cudaEventRecord(join_, side_));
-    TESSEL_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
-  }
-  static std::string env_or(const char* name, const char* fallback) {
-    const char* e = std::getenv(name);
-    return e ? e : fallback;
-  }
-
   int device_ = 0;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
-  // L2 prefetch of upcoming weights (prefetch()): TESSEL_L2_PREFETCH lists the roles ("o,up";
-  // empty: off), TESSEL_L2_PREFETCH_MB caps the bytes per weight, TESSEL_L2_PREFETCH_ROWS the
-  // step rows, TESSEL_L2_PREFETCH_HINT=last (or "evict_last" in the list) prefetches with
-  // L2::evict_last,
-  // TESSEL_L2_PREFETCH_CTAS the grid (0: one CTA per SM).
-  const std::string prefetch_roles_ = env_or("TESSEL_L2_PREFETCH", "");
-  const size_t prefetch_cap_ =
-      static_cast<size_t>(std::atof(env_or("TESSEL_L2_PREFETCH_MB", "32").c_str()) * 1048576.0);
-  const int64_t prefetch_rows_ = std::atoll(env_or("TESSEL_L2_PREFETCH_ROWS", "1").c_str());
-  const bool prefetch_evict_last_ =
-      env_or("TESSEL_L2_PREFETCH_HINT", "") == "last" ||
-      ("," + prefetch_roles_ + ",").find(",evict_last,") != std::string::npos;
-  const int prefetch_ctas_ = std::atoi(env_or("TESSEL_L2_PREFETCH_CTAS", "0").c_str());
-  cudaStream_t side_ = nullptr;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  bool side_forked_ = false;
   size_t bytes_ = 0;
   bool graphs_enabled_ = true;
   bool dependent_launch_ = true;  // TESSEL_DEPENDENT_LAUNCH=0 turns it off

@@ -487,7 +487,6 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
       else  // the previous layer's MLP residual, fused with this layer's norm
         add_norm(s.x, s.proj, l.attn_norm, l.attn_norm_b, s.xn);
       b.matmul(s.xn, l.wqkv, opt(l.bqkv), s.qkv);
-      b.prefetch(l.wo, "o");  // read after RoPE, the cache append and attention
       if (c.rope_style != RopeStyle::none)
         b.rope_kv_store(li, qk, c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_style,
                         cos.data(), sin.data(), k, v, rows);
@@ -495,21 +494,16 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
         b.kv_store(li, k, v, rows);
       b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
       b.matmul(s.att, l.wo, opt(l.bo), s.proj);
-      b.prefetch(l.w_up, "up");
       add_norm(s.x, s.proj, l.ffn_norm, l.ffn_norm_b, s.xn);
       if (c.ffn == FfnKind::silu_gated) {
         b.matmul(s.xn, l.w_up, nullptr, s.ffn);
-        b.prefetch(l.w_down, "down");
         b.silu_mul_matmul(s.ffn, F, s.act, l.w_down, opt(l.b_down), s.proj);
       } else {
         b.matmul(s.xn, l.w_up, opt(l.b_up), s.ffn);
-        b.prefetch(l.w_down, "down");
         b.gelu(s.ffn);
         b.matmul(s.ffn, l.w_down, opt(l.b_down), s.proj);
       }
-      if (li + 1 < c.n_layers) b.prefetch(layers_[li + 1].wqkv, "qkv");
     }
-    if (n_out > 0) b.prefetch(lm_head_, "lm_head");
     b.add(s.x, s.proj);
     if (n_out == 0) return;
     b.gather_rows(s.x, logits_rows.data(), n_out, s.last);
