@@ -159,19 +159,55 @@ __device__ __forceinline__ float fast_exp2(float x) {
 template <class T>
 using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
 
+// Running max over whole fragments, kept packed for 16-bit types: two 3-input VHMNMX per
+// 16-byte fragment, unpacked once per piece (unpacking every fragment cost ~7 instructions).
+// Same NaN rule as fmaxf (a NaN operand yields the other one).
 template <class T, int VEC>
-__device__ __forceinline__ float frag_max(const Frag<T, VEC>& f) {
-  if constexpr (std::is_same_v<T, float>) {
-    float m = f.v[0];
+struct FragMax {
+  using Acc = std::conditional_t<std::is_same_v<T, float>, float, Pair<T>>;
+  Acc m;
+  __device__ __forceinline__ FragMax() {
+    if constexpr (std::is_same_v<T, float>)
+      m = -INFINITY;
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      m = __float2bfloat162_rn(-INFINITY);
+    else
+      m = __float2half2_rn(-INFINITY);
+  }
+  __device__ __forceinline__ void add(const Frag<T, VEC>& f) {
+    if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int j = 1; j < VEC; ++j) m = fmaxf(m, f.v[j]);
-    return m;
+      for (int j = 0; j < VEC; ++j) m = fmaxf(m, f.v[j]);
+    } else {
+      const Pair<T>* p = reinterpret_cast<const Pair<T>*>(f.v);
+#pragma unroll
+      for (int k = 0; k < VEC / 2; k += 2) m = __hmax2(__hmax2(m, p[k]), p[k + 1]);
+    }
+  }
+  __device__ __forceinline__ float value() const {
+    if constexpr (std::is_same_v<T, float>)
+      return m;
+    else
+      return fmaxf(to_f32(m.x), to_f32(m.y));
+  }
+};
+
+// A fragment in fp32. bf16 is the high half of an fp32: the even element is one shift, the odd
+// one a mask (to_f32 on the odd half compiles to PRMT + shift: 12 instructions per 8 elements,
+// here 8).
+template <class T, int VEC>
+__device__ __forceinline__ void frag_f32(const Frag<T, VEC>& f, float (&o)[VEC]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    uint32_t w[VEC / 2];
+    memcpy(w, f.v, sizeof(w));
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      o[2 * k] = __uint_as_float(w[k] << 16);
+      o[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
   } else {
-    const Pair<T>* p = reinterpret_cast<const Pair<T>*>(f.v);
-    Pair<T> m = p[0];
 #pragma unroll
-    for (int k = 1; k < VEC / 2; ++k) m = __hmax2(m, p[k]);
-    return fmaxf(to_f32(m.x), to_f32(m.y));
+    for (int j = 0; j < VEC; ++j) o[j] = to_f32(f.v[j]);
   }
 }
 
@@ -243,24 +279,32 @@ __device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slic
     const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
     if (v1 <= v0) break;
     mbar_wait(&bar[p], 0);
-    float pm = -INFINITY;
+    FragMax<T, VEC> fm;
     for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
       const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
-      pm = fmaxf(pm, frag_max(f));
+      fm.add(f);
       if (smooth) {
+        float x[VEC];
+        frag_f32(f, x);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) r.sx += to_f32(f.v[j]);
+        for (int j = 0; j < VEC; ++j) r.sx += x[j];
       }
     }
-    const float nm = fmaxf(r.m, pm);
+    const float nm = fmaxf(r.m, fm.value());
     if (nm == -INFINITY) continue;
     const float nms = nm * kLog2e;
-    float ps = 0.f;
+    float ps0 = 0.f, ps1 = 0.f;  // two chains: the FADDs are the critical path per fragment
     for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
       const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
+      float x[VEC];
+      frag_f32(f, x);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) ps += fast_exp2(fmaf(to_f32(f.v[j]), kLog2e, -nms));
+      for (int j = 0; j < VEC; j += 2) {
+        ps0 += fast_exp2(fmaf(x[j], kLog2e, -nms));
+        ps1 += fast_exp2(fmaf(x[j + 1], kLog2e, -nms));
+      }
     }
+    const float ps = ps0 + ps1;
     r.se = (r.m == -INFINITY ? 0.f : r.se * fast_exp2((r.m - nm) * kLog2e)) + ps;
     r.m = nm;
   }
@@ -333,23 +377,65 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
   if (a.dx != nullptr) {
     T* dr = static_cast<T*>(a.dx) + row * a.dx_pitch + base;
     const float ms = f.m == -INFINITY ? 0.f : f.m * kLog2e;
-    // The target column's extra term is applied by the one thread holding its vector.
-    const int64_t tl = f.t - base;
-    const int tv = tl >= 0 && tl < n ? static_cast<int>(tl / VEC) : -1;
-    const int tj = tv >= 0 ? static_cast<int>(tl % VEC) : 0;
+    // 16-bit outputs: the factor 1/S (with the reduction scale) moves into the exponent,
+    // exp(x - M)·inv = 2^(x·log2e - (M·log2e - log2 inv)), one FFMA + one MUFU per element
+    // (+ one FADD with label smoothing) instead of FFMA + MUFU + FFMA. The exponent's extra
+    // rounding (~4e-6 relative) is far below the 16-bit output's; inv = 0 (ignored rows) gives
+    // 2^-inf = 0 as before. fp32 outputs, and a negative or NaN inv (grad_scale < 0 or NaN),
+    // keep the product.
+    const bool fold = !std::is_same_v<T, float> && f.inv >= 0.f;
+    const float mi = fold ? ms - log2f(f.inv) : ms;
+    const float sub = f.sub;
+    // One element's gradient without the target term, in one of three forms (kMode):
+    // 0 folded without smoothing (sub is 0 and x - 0 = x exactly: no FADD), 1 folded, 2 product.
+    auto grad = [&](float x, auto mode) {
+      constexpr int kMode = decltype(mode)::value;
+      if constexpr (kMode == 0)
+        return fast_exp2(fmaf(x, kLog2e, -mi));
+      else if constexpr (kMode == 1)
+        return fast_exp2(fmaf(x, kLog2e, -mi)) - sub;
+      else
+        return fmaf(fast_exp2(fmaf(x, kLog2e, -mi)), f.inv, -sub);
+    };
+    // Pointers walk with the loop (unrolled, the four stores share one 64-bit address and
+    // immediate offsets; indexing dr + v * VEC recomputed it per fragment: 4 instructions).
+    // The target column's extra term is not tested per fragment: see below.
+    auto sweep = [&](auto mode) {
+      const T* sp = slice + threadIdx.x * VEC;
+      T* dp = dr + threadIdx.x * VEC;
 #pragma unroll 4
-    for (int v = threadIdx.x; v < nv; v += kClusterBlock) {
-      const Frag<T, VEC> x = load_frag<VEC>(slice + v * VEC);
-      float g[VEC];
+      for (int v = threadIdx.x; v < nv;
+           v += kClusterBlock, sp += kClusterBlock * VEC, dp += kClusterBlock * VEC) {
+        float x[VEC];
+        frag_f32(load_frag<VEC>(sp), x);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        g[j] = fmaf(fast_exp2(fmaf(to_f32(x.v[j]), kLog2e, -ms)), f.inv, -f.sub);
-      if (v == tv) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          if (j == tj) g[j] -= f.hit;
+        for (int j = 0; j < VEC; ++j) x[j] = grad(x[j], mode);
+        store_frag_global<VEC>(dp, pack_frag<T, VEC>(x));
       }
-      store_frag_global<VEC>(dr + v * VEC, pack_frag<T, VEC>(g));
+      // The thread that wrote the target's fragment writes it again with the term (same
+      // thread, same address: program order keeps the second).
+      const int64_t tl = f.t - base;
+      if (tl >= 0 && tl < n) {
+        const int tv = static_cast<int>(tl / VEC);
+        if (tv % kClusterBlock == static_cast<int>(threadIdx.x)) {
+          const int tj = static_cast<int>(tl % VEC);
+          float x[VEC];
+          frag_f32(load_frag<VEC>(slice + tv * VEC), x);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) x[j] = grad(x[j], mode) - (j == tj ? f.hit : 0.f);
+          store_frag_global<VEC>(dr + tv * VEC, pack_frag<T, VEC>(x));
+        }
+      }
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      sweep(std::integral_constant<int, 2>{});
+    } else {
+      if (!fold)
+        sweep(std::integral_constant<int, 2>{});
+      else if (sub != 0.f)
+        sweep(std::integral_constant<int, 1>{});
+      else
+        sweep(std::integral_constant<int, 0>{});
     }
   }
   cluster.barrier_wait();

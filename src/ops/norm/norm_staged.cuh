@@ -50,14 +50,14 @@ __global__ void __launch_bounds__(kStagedBlock)
   __shared__ uint64_t full[kStagedMaxStages];
   __shared__ RedSmem red;
   const int nv = static_cast<int>(a.cols / VEC);
+  const int ncols = static_cast<int>(a.cols);  // <= 8192 here
   const uint32_t row_bytes = static_cast<uint32_t>(a.cols * sizeof(T));
   T* const ring_t = reinterpret_cast<T*>(ring);
-  auto x_stage = [&](int s) { return ring_t + int64_t{s} * 2 * a.cols; };
-  auto g_stage = [&](int s) { return ring_t + (int64_t{s} * 2 + 1) * a.cols; };
+  auto x_stage = [&](int s) { return ring_t + s * 2 * ncols; };
+  auto g_stage = [&](int s) { return ring_t + (s * 2 + 1) * ncols; };
   const T* x = static_cast<const T*>(a.x);
   const T* dy = static_cast<const T*>(a.r);
   const T* w = static_cast<const T*>(a.w);
-  T* dx = static_cast<T*>(a.y);
   const int64_t row0 = blockIdx.x, step = gridDim.x;
   const int64_t mine = row0 < a.rows ? (a.rows - 1 - row0) / step + 1 : 0;
   const int tid = threadIdx.x;
@@ -66,16 +66,15 @@ __global__ void __launch_bounds__(kStagedBlock)
     mbar_init_fence();
   }
   __syncthreads();
-  auto issue = [&](int64_t k) {  // the CTA's k-th row into stage k % stages
+  auto issue = [&](int64_t k, int s) {  // the CTA's k-th row into stage s (= k % stages)
     if (k >= mine) return;
-    const int s = static_cast<int>(k % stages);
     const int64_t row = row0 + k * step;
     mbar_arrive_expect_tx(&full[s], 2 * row_bytes);
     bulk_copy_g2s(x_stage(s), x + row * a.x_pitch, row_bytes, &full[s]);
     bulk_copy_g2s(g_stage(s), dy + row * a.r_pitch, row_bytes, &full[s]);
   };
   if (tid == 0)
-    for (int k = 0; k < stages; ++k) issue(k);
+    for (int k = 0; k < stages; ++k) issue(k, k);
 
   PFrag<T, VEC> w_cols[KV];
   float acc_w[KV][VEC], acc_b[KV][VEC];
@@ -87,22 +86,31 @@ __global__ void __launch_bounds__(kStagedBlock)
     for (int j = 0; j < VEC; ++j) acc_w[q][j] = acc_b[q][j] = 0.f;
   }
   const float inv_n = 1.f / static_cast<float>(a.cols);
+  // Per-row state kept incrementally (H200: the row loop is issue-bound; k % stages and
+  // k / stages on 64-bit k cost two division sequences per row, the statistics and dx
+  // addresses 64-bit multiplies).
+  const float* rstd_p = a.rstd + row0;  // the next row's statistics
+  const float* mean_p = M == Mode::ln ? a.mean + row0 : nullptr;
+  T* dr = static_cast<T*>(a.y) + row0 * a.y_pitch;
+  const int64_t dr_step = step * a.y_pitch;
   float rs = 0.f, mu = 0.f;
   if (mine > 0) {
-    rs = a.rstd[row0];
-    if constexpr (M == Mode::ln) mu = a.mean[row0];
+    rs = *rstd_p;
+    if constexpr (M == Mode::ln) mu = *mean_p;
   }
   int phase = 0;
+  int s = 0, s_prev = stages - 1;  // stage of row k (k % stages) and of row k - 1
+  uint32_t parity = 0;             // (k / stages) & 1
 #pragma unroll 1
   for (int64_t k = 0; k < mine; ++k) {
-    const int64_t row = row0 + k * step;
-    const int s = static_cast<int>(k % stages);
     float rs_n = 0.f, mu_n = 0.f;  // the next row's statistics, loaded a row ahead
+    rstd_p += step;
+    if constexpr (M == Mode::ln) mean_p += step;
     if (k + 1 < mine) {
-      rs_n = a.rstd[row + step];
-      if constexpr (M == Mode::ln) mu_n = a.mean[row + step];
+      rs_n = *rstd_p;
+      if constexpr (M == Mode::ln) mu_n = *mean_p;
     }
-    mbar_wait(&full[s], static_cast<uint32_t>((k / stages) & 1));
+    mbar_wait(&full[s], parity);
     const T* xs = x_stage(s);
     const T* gs = g_stage(s);
     float s_gx = 0.f, s_g = 0.f;
@@ -121,15 +129,20 @@ __global__ void __launch_bounds__(kStagedBlock)
         if constexpr (kArrays >= 2) acc_b[q][j] += d;
         const float g = d * w_cols[q].at(j);
         s_gx = fmaf(g, xh, s_gx);
-        s_g += g;
+        if constexpr (M == Mode::ln) s_g += g;  // RMS has no mean(g) term
       }
     }
     const float2 sums = row_sum2<C>(make_float2(s_gx, s_g), red, phase);
     // Past row_sum2's barriers every thread is done with row k - 1: refill its stage.
-    if (tid == 0 && k >= 1) issue(k - 1 + stages);
+    if (tid == 0 && k >= 1) issue(k - 1 + stages, s_prev);
     const float m_gx = sums.x * inv_n;
     const float m_g = M == Mode::rms ? 0.f : sums.y * inv_n;
-    T* dr = dx + row * a.y_pitch;
+    // dx = rs (g w - xh m_gx - m_g) = (g w) rs + x A + B with A = -rs^2 m_gx,
+    // B = rs (rs m_gx mu - m_g): three FP operations per element instead of six. (x A + B
+    // loses ~|mu| / |x - mu| f32 ulps of the x̂ term to cancellation: below the 16-bit output's
+    // rounding for |mu| / std up to ~10^3; this kernel serves f16 / bf16 only.)
+    const float cA = -(rs * rs) * m_gx;
+    const float cB = rs * fmaf(rs * m_gx, mu, -m_g);
 #pragma unroll
     for (int q = 0; q < KV; ++q) {
       const int v = tid + q * kStagedBlock;
@@ -140,13 +153,19 @@ __global__ void __launch_bounds__(kStagedBlock)
       Frag<T, VEC> o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float xh = (xf.at(j) - mu) * rs;
-        o.v[j] = from_f32<T>(rs * (gf.at(j) * w_cols[q].at(j) - fmaf(xh, m_gx, m_g)));
+        const float t = M == Mode::rms ? xf.at(j) * cA : fmaf(xf.at(j), cA, cB);
+        o.v[j] = from_f32<T>(fmaf(gf.at(j) * w_cols[q].at(j), rs, t));
       }
-      store_frag_global<VEC>(dr + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(dr + v * VEC, o);
     }
+    dr += dr_step;
     mu = mu_n;
     rs = rs_n;
+    s_prev = s;
+    if (++s == stages) {
+      s = 0;
+      parity ^= 1u;
+    }
   }
   tile::allow_next_grid();  // sum_slots_kernel may start launching (it waits for our exit)
   // Partials: this CTA's columns into its (now idle) ring, rank 0 adds the cluster's in rank
@@ -519,9 +538,8 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     mbar_init_fence();
   }
   __syncthreads();
-  auto issue = [&](int64_t k) {  // the cluster's k-th row into stage k % stages
+  auto issue = [&](int64_t k, int s) {  // the cluster's k-th row into stage s (= k % stages)
     if (k >= mine) return;
-    const int s = static_cast<int>(k % stages);
     const int64_t row = row0 + k * step;
     mbar_arrive_expect_tx(&full[s], 2 * slice_bytes);
     if (slice_bytes > 0) {
@@ -530,7 +548,7 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     }
   };
   if (tid == 0)
-    for (int k = 0; k < stages; ++k) issue(k);
+    for (int k = 0; k < stages; ++k) issue(k, k);
   // Each thread reads back only the weight vectors it stored: no barrier needed.
   float acc_w[KV][VEC], acc_b[KV][VEC];
 #pragma unroll
@@ -544,13 +562,25 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
   }
   const float inv_n = 1.f / static_cast<float>(a.cols);
   int phase = 0;
+  // One CTA per SM: a row's statistics are loaded a row ahead (a dependent global load at the
+  // top of every row stalled the whole SM), the stage and its parity kept incrementally (k %
+  // stages, k / stages on 64-bit k were two division sequences per row).
+  float rs = 0.f, mu = 0.f;
+  if (mine > 0) {
+    rs = a.rstd[row0];
+    if constexpr (M == Mode::ln) mu = a.mean[row0];
+  }
+  int s = 0;
+  uint32_t parity = 0;
 #pragma unroll 1
   for (int64_t k = 0; k < mine; ++k) {
     const int64_t row = row0 + k * step;
-    const int s = static_cast<int>(k % stages);
-    const float rs = a.rstd[row];
-    const float mu = M == Mode::ln ? a.mean[row] : 0.f;
-    mbar_wait(&full[s], static_cast<uint32_t>((k / stages) & 1));
+    float rs_n = 0.f, mu_n = 0.f;
+    if (k + 1 < mine) {
+      rs_n = a.rstd[row + step];
+      if constexpr (M == Mode::ln) mu_n = a.mean[row + step];
+    }
+    mbar_wait(&full[s], parity);
     const T* xs = x_stage(s);
     const T* gs = g_stage(s);
     float s_gx = 0.f, s_g = 0.f;
@@ -570,7 +600,7 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
         if constexpr (kArrays >= 2) acc_b[q][j] += d;
         const float g = d * wf.at(j);
         s_gx = fmaf(g, xh, s_gx);
-        s_g += g;
+        if constexpr (M == Mode::ln) s_g += g;  // RMS has no mean(g) term
       }
     }
     // Row sums: warps, then the CTA's 32 warps, then the cluster's CTAs in rank order.
@@ -593,6 +623,11 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     phase ^= 1;
     const float m_gx = sums.x * inv_n;
     const float m_g = M == Mode::rms ? 0.f : sums.y * inv_n;
+    // dx = rs (g w - xh m_gx - m_g) = (g w) rs + x A + B (as norm_bwd_staged_kernel).
+    const float cA = -(rs * rs) * m_gx;
+    const float cB = rs * fmaf(rs * m_gx, mu, -m_g);
+    T* const dr = dx + row * a.y_pitch;
+    const T* const hr = dh != nullptr ? dh + row * a.b_pitch + base : nullptr;
 #pragma unroll
     for (int q = 0; q < KV; ++q) {
       const int v = tid + q * kLongBwdBlock;
@@ -601,19 +636,25 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
       xf.load(xs + v * VEC, VEC);
       gf.load(gs + v * VEC, VEC);
       wf.load(w_slice + v * VEC, VEC);
-      if (dh != nullptr) hf.load(dh + row * a.b_pitch + base + int64_t{v} * VEC, VEC);
+      if (hr != nullptr) hf.load(hr + v * VEC, VEC);
       Frag<T, VEC> o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float xh = (xf.at(j) - mu) * rs;
-        float r = rs * (gf.at(j) * wf.at(j) - fmaf(xh, m_gx, m_g));
-        if (dh != nullptr) r += hf.at(j);
+        const float tx = M == Mode::rms ? xf.at(j) * cA : fmaf(xf.at(j), cA, cB);
+        float r = fmaf(gf.at(j) * wf.at(j), rs, tx);
+        if (hr != nullptr) r += hf.at(j);
         o.v[j] = from_f32<T>(r);
       }
-      store_frag_global<VEC>(dx + row * a.y_pitch + int64_t{v} * VEC, o);
+      store_frag_global<VEC>(dr + v * VEC, o);
     }
     __syncthreads();  // every thread is done with stage s: refill it
-    if (tid == 0) issue(k + stages);
+    if (tid == 0) issue(k + stages, s);
+    mu = mu_n;
+    rs = rs_n;
+    if (++s == stages) {
+      s = 0;
+      parity ^= 1u;
+    }
   }
   // This CTA's columns of the cluster's slot.
   const int64_t slot = row0, slots = step;
@@ -715,6 +756,7 @@ __global__ void __launch_bounds__(kGnBwdBlock)
   float2* const parts = reinterpret_cast<float2*>(ring + int64_t{kGnBwdStages} * 2 * chunk);
   __shared__ uint64_t full[kGnBwdStages];
   __shared__ float2 warp_part[kGnBwdMaxSliceCh][kGnBwdWarps];
+  __shared__ float w_slice[kGnBwdMaxSliceCh];  // rstd * w of the slice's channels, this row
   __shared__ RedSmem red;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -730,15 +772,22 @@ __global__ void __launch_bounds__(kGnBwdBlock)
   // Channels of this slice: [ch_lo, ch_hi], the same for every row.
   const int ch_lo = n > 0 ? base / hw : 0;
   const int ch_hi = n > 0 ? (base + n - 1) / hw : -1;
+  // Channel of element e (< 2^30) without a division per vector: e / hw = (umulhi(e, magic) +
+  // e) >> shift (round-up reciprocal; exact for e < 2^31). The H200 runs this loop at its
+  // issue limit: the division sequence and the dependent weight load per 16-byte vector
+  // it replaces cost more than the vector's arithmetic.
+  const uint32_t hw_u = static_cast<uint32_t>(hw);
+  const int div_shift = 32 - __clz(hw_u - 1u);
+  const uint32_t div_magic = static_cast<uint32_t>(
+      ((uint64_t{1} << 32) * ((uint64_t{1} << div_shift) - hw_u)) / hw_u + 1u);
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kGnBwdStages; ++s) mbar_init(&full[s], 1);
     mbar_init_fence();
   }
   __syncthreads();
-  auto issue = [&](int64_t k) {  // the cluster's k-th row into stage k % kGnBwdStages
+  auto issue = [&](int64_t k, int s) {  // the cluster's k-th row into stage s = k % kGnBwdStages
     if (k >= mine) return;
-    const int s = static_cast<int>(k % kGnBwdStages);
     const int64_t row = row0 + k * step;
     mbar_arrive_expect_tx(&full[s], 2 * slice_bytes);
     if (slice_bytes > 0) {
@@ -749,19 +798,27 @@ __global__ void __launch_bounds__(kGnBwdBlock)
     }
   };
   if (tid == 0)
-    for (int k = 0; k < kGnBwdStages; ++k) issue(k);
+    for (int k = 0; k < kGnBwdStages; ++k) issue(k, k);
   const float inv_n = 1.f / static_cast<float>(cols);
   int phase = 0;
+  // The row's group (row % groups) kept incrementally: no 64-bit modulo per row.
+  int grp = static_cast<int>(row0 % a.groups);
+  const int grp_step = static_cast<int>(step % a.groups);
 #pragma unroll 1
   for (int64_t k = 0; k < mine; ++k) {
     const int64_t row = row0 + k * step;
-    const int s = static_cast<int>(k % kGnBwdStages);
+    const int s = static_cast<int>(k) & (kGnBwdStages - 1);
+    static_assert((kGnBwdStages & (kGnBwdStages - 1)) == 0, "stage index by mask");
     float2* const part = parts + (k & 1) * cpg;
     const float mean = a.mean[row], rstd = a.rstd[row];
-    const T* w = static_cast<const T*>(a.w) + (row % a.groups) * cpg;
+    const T* w = static_cast<const T*>(a.w) + grp * cpg;
+    grp += grp_step;
+    if (grp >= a.groups) grp -= a.groups;
     const float w_first = tid < cpg ? to_f32(w[tid]) : 0.f;  // loaded before the waits
+    // Past the previous row's closing barrier: nobody reads w_slice any more.
+    if (tid <= ch_hi - ch_lo) w_slice[tid] = rstd * to_f32(w[ch_lo + tid]);
     for (int c = tid; c < cpg; c += kGnBwdBlock) part[c] = make_float2(0.f, 0.f);
-    mbar_wait(&full[s], static_cast<uint32_t>((k / kGnBwdStages) & 1));
+    mbar_wait(&full[s], static_cast<uint32_t>(k / kGnBwdStages) & 1u);
     const T* xs = x_stage(s);
     const T* gs = g_stage(s);
     for (int c = ch_lo; c <= ch_hi; ++c) {
@@ -817,23 +874,26 @@ __global__ void __launch_bounds__(kGnBwdBlock)
     }
     const float2 sums = row_sum2<Cfg<VEC, kGnBwdBlock, 1>>(make_float2(s_gx, s_g), red, phase);
     const float m_gx = sums.x * rstd * inv_n, m_g = sums.y * inv_n;
+    // dx = rstd (g w - xh m_gx - m_g) = g (rstd w) + (x - mean) A + B, A = -rstd^2 m_gx,
+    // B = -rstd m_g: four FP operations per element instead of six, rstd w from w_slice.
+    const float cA = -(rstd * rstd) * m_gx, cB = -rstd * m_g;
     T* dr = static_cast<T*>(a.y) + row * a.y_pitch + base;
 #pragma unroll 2
     for (int v = tid; v < nv; v += kGnBwdBlock) {
       PFrag<T, VEC> xf, gf;
       xf.load(xs + v * VEC, VEC);
       gf.load(gs + v * VEC, VEC);
-      const float wv = to_f32(w[(base + v * VEC) / hw]);
+      const uint32_t e = static_cast<uint32_t>(base + v * VEC);
+      const int ch = static_cast<int>((__umulhi(e, div_magic) + e) >> div_shift);
+      const float rw = w_slice[ch - ch_lo];
       Frag<T, VEC> o;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float xh = (xf.at(j) - mean) * rstd;
-        o.v[j] = from_f32<T>(rstd * (gf.at(j) * wv - fmaf(xh, m_gx, m_g)));
-      }
-      store_frag_global<VEC>(dr + int64_t{v} * VEC, o);
+      for (int j = 0; j < VEC; ++j)
+        o.v[j] = from_f32<T>(fmaf(gf.at(j), rw, fmaf(xf.at(j) - mean, cA, cB)));
+      store_frag_global<VEC>(dr + v * VEC, o);
     }
-    __syncthreads();  // every thread is done with stage s: refill it
-    if (tid == 0) issue(k + kGnBwdStages);
+    __syncthreads();  // every thread is done with stage s (and w_slice): refill it
+    if (tid == 0) issue(k + kGnBwdStages, s);
   }
   cluster.sync();  // no CTA leaves while a peer may still read its partials
 }

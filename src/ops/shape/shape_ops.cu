@@ -29,6 +29,8 @@ struct CatEntry {
   int64_t width;   // units per row of this input
   int64_t offset;  // units from the start of an out row
   int64_t first_tile;
+  int32_t step_rows;  // kCatThreads / width: rows a thread advances per unit, plus
+  int32_t step_cols;  // kCatThreads % width columns
 };
 
 struct CatTable {
@@ -39,8 +41,14 @@ struct CatTable {
   void* out;
 };
 
+// A thread copies units k, k + 256, k + 512, k + 768 of one input (row-major (outer, width)).
+// The loads go out together; the out position is resolved once per thread (one division)
+// and then advanced by (step_rows, step_cols) per unit with one conditional row wrap: the
+// division and 64-bit multiply per unit (~40 instructions per 16-byte unit in SASS, the 64-bit
+// division's fast path included) become ~10. Min 8 blocks per SM: 32 registers, no spill
+// (uint4: 42 before, 5 blocks): 2048 threads x 64 B = 128 KB of loads in flight per SM.
 template <class U>
-__global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_constant__ CatTable tab) {
+__global__ void __launch_bounds__(kCatThreads, 8) concat_kernel(const __grid_constant__ CatTable tab) {
   constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
   const int64_t tile = blockIdx.x;
   int lo = 0, hi = tab.count - 1;
@@ -50,22 +58,29 @@ __global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_consta
     else hi = mid - 1;
   }
   const CatEntry& e = tab.e[lo];
-  const int64_t total = e.width * tab.outer;
-  const int64_t k0 = (tile - e.first_tile) * kTile;
-  const U* src = static_cast<const U*>(e.src);
-  U* out = static_cast<U*>(tab.out);
+  const int64_t w = e.width;
+  const int64_t k = (tile - e.first_tile) * kTile + threadIdx.x;
+  const int64_t left = w * tab.outer - k;  // units from this thread's first to the input's end
+  const U* src = static_cast<const U*>(e.src) + k;
   U v[kCatUnits];
 #pragma unroll
-  for (int j = 0; j < kCatUnits; ++j) {
-    const int64_t k = k0 + int64_t{j} * kCatThreads + threadIdx.x;
-    if (k < total) v[j] = src[k];
-  }
+  for (int j = 0; j < kCatUnits; ++j)
+    if (int64_t{j} * kCatThreads < left) v[j] = src[j * kCatThreads];
+  if (left <= 0) return;
+  const int64_t ow = tab.out_width;
+  const int64_t r = k / w;
+  int64_t c = k - r * w;
+  U* o = static_cast<U*>(tab.out) + r * ow + e.offset + c;
+  const int64_t step = int64_t{e.step_rows} * ow + e.step_cols;  // out units per unit
+  const int64_t wrap = ow - w;  // one more row: + ow, back by w columns
 #pragma unroll
   for (int j = 0; j < kCatUnits; ++j) {
-    const int64_t k = k0 + int64_t{j} * kCatThreads + threadIdx.x;
-    if (k < total) {
-      const int64_t r = k / e.width, c = k - r * e.width;
-      out[r * tab.out_width + e.offset + c] = v[j];
+    if (int64_t{j} * kCatThreads < left) *o = v[j];
+    c += e.step_cols;
+    o += step;
+    if (c >= w) {
+      c -= w;
+      o += wrap;
     }
   }
 }
@@ -178,6 +193,8 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
       e.width = w;
       e.offset = offset;
       e.first_tile = tiles;
+      e.step_rows = static_cast<int32_t>(kCatThreads / w);
+      e.step_cols = static_cast<int32_t>(kCatThreads % w);
       tiles += (w * outer + kTile - 1) / kTile;
       offset += w;
       if (tab.count == kMaxInputs || tiles > (int64_t{1} << 30)) flush();
