@@ -10,7 +10,6 @@
 #include <type_traits>
 
 #include "ops/rows.cuh"
-#include "tile/early_trigger.cuh"
 #include "runtime/launch.cuh"
 #include "tessel/activation.hpp"
 
@@ -79,7 +78,8 @@ struct Ptrs {
 
 template <class T, int VEC, Act A, Mode M>
 __global__ void __launch_bounds__(kBlock) act_kernel(Ptrs p, int64_t rows, int64_t cols) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
   if (c >= cols) return;
   constexpr bool kHasB = M == Mode::glu_fwd || M == Mode::glu_bwd;
@@ -134,7 +134,8 @@ constexpr int kFlatUnroll = 4;
 
 template <class T, int VEC, Act A, Mode M>
 __global__ void __launch_bounds__(kBlock) act_flat_kernel(Ptrs p, int64_t nvec) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   static_assert(M == Mode::act_fwd || M == Mode::act_bwd, "single-tensor activations only");
   constexpr bool kHasG = M == Mode::act_bwd;
   const T* A_ = static_cast<const T*>(p.a);

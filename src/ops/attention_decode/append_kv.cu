@@ -5,7 +5,6 @@
 
 #include "ops/attention_decode/decode_launch.cuh"
 #include "runtime/launch.cuh"
-#include "tile/early_trigger.cuh"
 
 namespace tessel {
 namespace {
@@ -26,7 +25,8 @@ struct AppendArgs {
 };
 
 __global__ void append_kernel(const __grid_constant__ AppendArgs a) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < a.total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int c = static_cast<int>(idx % a.chunks);

@@ -26,7 +26,6 @@
 #include <type_traits>
 
 #include "ops/rows.cuh"
-#include "tile/early_trigger.cuh"
 
 namespace tessel::decode {
 
@@ -169,7 +168,8 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   using T = typename C::T;
   constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
@@ -631,7 +631,8 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 // a.tickets is set).
 template <class T, int DV>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   if (row_id >= rows_global) return;

@@ -15,7 +15,6 @@
 #include <string>
 
 #include "ops/rows.cuh"
-#include "tile/early_trigger.cuh"
 #include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/embedding.hpp"
@@ -71,7 +70,8 @@ template <class T, int VEC, class I>
 __global__ void __launch_bounds__(kBlock)
     embedding_kernel(const I* __restrict__ ids, const T* __restrict__ w, T* __restrict__ out,
                      int64_t n, int64_t vocab, int64_t dim, int64_t w_pitch, int64_t o_pitch) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
   if (c >= dim) return;
   for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kFwdTokUnroll; t0 < n;

@@ -7,7 +7,6 @@
 #include "runtime/check.hpp"
 #include "runtime/launch.cuh"
 #include "tile/tile.cuh"
-#include "tile/early_trigger.cuh"
 
 namespace tessel::llm_engine {
 namespace {
@@ -15,7 +14,8 @@ namespace {
 __global__ void rope_tables_kernel(__nv_bfloat16* x, int64_t rows, int64_t ld, int n_heads,
                                    int head_dim, int half, bool neox, const float* cos,
                                    const float* sin) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int64_t total = rows * n_heads * half;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -47,7 +47,8 @@ __device__ __forceinline__ int64_t cache_row(const RopeAppendArgs& a, int64_t r)
 // Threads [0, rot): one rotated pair of a q or k head (k pairs also go to the cache);
 // threads [rot, rot + copy): one element of v, or of k past rope_dim, copied to the cache.
 __global__ void rope_append_kernel(const __grid_constant__ RopeAppendArgs a) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   const int half = a.rope_dim / 2, heads = a.hq + a.hkv;
   const int64_t kv_dim = int64_t{a.hkv} * a.head_dim;
   const int64_t rot = a.rows * heads * half;

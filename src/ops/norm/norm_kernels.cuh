@@ -25,7 +25,6 @@
 #include <type_traits>
 
 #include "ops/rows.cuh"
-#include "tile/early_trigger.cuh"
 #include "runtime/launch.cuh"
 
 namespace tessel::norm {
@@ -366,7 +365,8 @@ constexpr int fwd_frags_min_blocks() {
 template <class T, class RC, Mode M>
 __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
     norm_fwd_frags_kernel(const NormArgs a) {
-  ::tessel::tile::allow_next_then_wait_prior();  // dependent launch (tile.cuh)
+  ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
+  ::tessel::tile::allow_next_grid();
   static_assert(M != Mode::gn, "group norm parameters vary per row");
   static_assert(PFrag<T, RC::VEC>::kPacked, "16-byte vectors only");
   constexpr int ITEMS = RC::ITEMS, VEC = RC::VEC;
