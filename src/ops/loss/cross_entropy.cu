@@ -233,11 +233,11 @@ __device__ __forceinline__ Frag<T, VEC> pack_frag(const float (&g)[VEC]) {
 // ---- cluster kernel: one cluster of CTAs per row, slices staged in shared memory ----------
 // Each CTA bulk-copies (TMA) its slice of the row into shared memory in kPieces pieces, folds
 // an online (max, Σexp) over each piece as it lands, exchanges the partials through
-// distributed shared memory, then writes dlogits from shared memory. Slices of ~48 KB (kSliceTarget) keep 5
-// CTAs per SM at different phases, so one CTA's reductions overlap others' copies (H100,
-// 4096 x 128256 bf16: the register version, 2 CTAs per SM with loads / reduce / stores in
-// lockstep, 0.48 of copy bandwidth; this kernel 0.84-0.85 with 32 or 64 KB slices, 0.80 with
-// 16 KB; forward only 0.75 / 0.78-0.81 / 0.73).
+// distributed shared memory, then writes dlogits from shared memory. Slices of ~48 KB
+// (kSliceTarget) keep 5 CTAs per SM at different phases, so one CTA's reductions overlap others'
+// copies (H100, 4096 x 128256 bf16: the register version, 2 CTAs per SM with loads / reduce /
+// stores in lockstep, 0.48 of copy bandwidth; this kernel 0.84-0.85 with 32 or 64 KB slices, 0.80
+// with 16 KB; forward only 0.75 / 0.78-0.81 / 0.73).
 constexpr int kClusterBlock = 256;
 constexpr int kClusterMax = 8;
 constexpr int kPieces = 4;
@@ -245,7 +245,7 @@ constexpr int kPieces = 4;
 // slices of 42 KB, 5 CTAs per SM) loss+dlogits 0.71-0.76 / forward only 1.00-1.01 of copy,
 // against 0.68-0.69 / 0.96 at 40 KB, 0.70 / 0.89-0.90 at 64 KB (3 per SM), 0.69 / 0.90 at 56.
 constexpr int64_t kSliceTarget = 48 * 1024;
-constexpr int64_t kSliceMax = 200 * 1024;    // of the 227 KB an SM offers one CTA
+constexpr int64_t kSliceMax = 200 * 1024;  // of the 227 KB an SM offers one CTA
 
 // One CTA's slice of a row: bulk-copied into shared memory in kPieces pieces, folded into
 // this thread's online (max m, Σexp relative to m, Σx with label smoothing) as pieces land.
@@ -655,8 +655,8 @@ __global__ void __launch_bounds__(kSmallBlock)
   }
 }
 
-// A row in ⌈row bytes / kSliceTarget⌉ <= kClusterMax slices of `chunk` elements (16-byte multiples);
-// ok = false where a slice would pass kSliceMax or the grid 2^31 CTAs.
+// A row in ⌈row bytes / kSliceTarget⌉ <= kClusterMax slices of `chunk` elements (16-byte
+// multiples); ok = false where a slice would pass kSliceMax or the grid 2^31 CTAs.
 struct Slices {
   int64_t count, chunk, smem;
   bool ok;

@@ -281,7 +281,8 @@ constexpr int kFwdClusterMax = 8;  // GroupNorm (its backward reads the peers in
 // RMS / LayerNorm long rows: slices of 32 KB in clusters of up to 16 (non-portable; 6-7 CTAs
 // per SM). H100, 256 x 262144 bf16, two rounds (bench/results/h100/dev/session12/lr_*.json),
 // RMS / LN of copy: 32 KB x 16 0.833 / 0.844, 40 KB x 13 0.768 / 0.769, 48 KB x 11 0.782 /
-// 0.741, 64 KB x 8 0.731 / 0.705; the persistent RMS ring kernel (removed) 0.752 at 64 KB, 0.680 at 32 KB.
+// 0.741, 64 KB x 8 0.731 / 0.705; the persistent RMS ring kernel (removed) 0.752 at 64 KB, 0.680 at
+// 32 KB.
 constexpr int kFwdLongClusterMax = 16;
 constexpr int64_t kFwdSliceTarget = 32 * 1024;
 constexpr int64_t kFwdSliceMax = 200 * 1024;
@@ -500,10 +501,43 @@ namespace tessel::norm {
 // writes one partial row per array (its slot, own columns per CTA); sum_slots_kernel adds the slots
 // in order. The register-cluster kernel it replaces loaded, reduced and stored in lockstep: 0.44
 // (RMS) / 0.36 (LN) of copy bandwidth at 256 x 262144 bf16.
+// Software-pipelined over rows (session 15, long rows): a row's sums are exchanged without a
+// cluster barrier. Each CTA pushes its partial (Σ g·x̂, Σ g) into every peer's stat_buf[k % 2]
+// [rank] with st.async, completing 8 bytes on the peer's stat_bar[k % 2]; the CTA then writes
+// dx of the previous row and reduces the next one before its warp 0 waits for row k's 16
+// partials (summed in rank order as before: bitwise the same sums, dx and dw/db). The cluster
+// barrier it replaces (cluster.sync per row: MEMBAR.ALL.GPU behind the row's dx stores, then
+// UCGABAR + CCTL.IVALL, then a DSMEM gather by warp 0) sat serially between every row's
+// reduction and its stores. The ring keeps one row fewer ahead (a stage holds row k - 1 until
+// its dx is written).
 constexpr int kLongBwdBlock = 1024;
+constexpr int kLongBwdWarps = kLongBwdBlock / 32;
 constexpr int kLongBwdClusterMax = 16;
 constexpr int64_t kLongBwdStageBytes = 64 * 1024;  // x + dy of one slice
 constexpr int kLongBwdMaxStages = 3;
+
+namespace long_bwd {
+__device__ __forceinline__ uint32_t mapa_u32(uint32_t local, uint32_t rank) {
+  uint32_t r;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+// The CTA's rank, re-read (volatile: not a value kept live from the kernel's start).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// 8 bytes into CTA `rank`'s copy of *local, completed on its copy of *bar (transaction bytes).
+__device__ __forceinline__ void st_async_f2(float2* local, uint64_t* bar, uint32_t rank, float2 v) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(
+          mapa_u32(detail::smem_u32(local), rank)),
+      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)),
+      "r"(mapa_u32(detail::smem_u32(bar), rank))
+      : "memory");
+}
+}  // namespace long_bwd
 
 template <class T, int KV, Mode M>
 __global__ void __launch_bounds__(kLongBwdBlock, 1)
@@ -513,7 +547,11 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
   constexpr int kArrays = M == Mode::ln ? 2 : 1;
   extern __shared__ __align__(128) unsigned char long_ring[];
   __shared__ uint64_t full[kLongBwdMaxStages];
-  __shared__ RedSmem red;
+  __shared__ uint64_t stat_bar[2];                                  // row parity
+  __shared__ __align__(16) float2 stat_buf[2][kLongBwdClusterMax];  // [row parity][peer rank]
+  __shared__ float2 red_warp[kLongBwdWarps];
+  __shared__ float4 coef;       // (cA, cB, rs) of the row whose dx is written next
+  __shared__ float2 pend_stat;  // (rstd, mean) of the row whose partials are travelling
   T* const ring = reinterpret_cast<T*>(long_ring);
   T* const w_slice = ring + int64_t{stages} * 2 * chunk;
   auto x_stage = [&](int s) { return ring + int64_t{s} * 2 * chunk; };
@@ -522,12 +560,14 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
   const int rank = static_cast<int>(cluster.block_rank());
   const int csize = static_cast<int>(cluster.num_blocks());
   const int64_t row0 = blockIdx.x / csize, step = gridDim.x / csize;
-  const int64_t mine = row0 < a.rows ? (a.rows - 1 - row0) / step + 1 : 0;
+  // Rows of this cluster (32-bit: fewer live registers in the row loop).
+  const int mine = row0 < a.rows ? static_cast<int>((a.rows - 1 - row0) / step + 1) : 0;
   const int64_t base = int64_t{rank} * chunk;
   const int64_t left = a.cols - base;
   const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
   const int nv = n / VEC;
   const uint32_t slice_bytes = static_cast<uint32_t>(n) * sizeof(T);
+  const uint32_t stat_bytes = static_cast<uint32_t>(csize) * sizeof(float2);
   const T* x = static_cast<const T*>(a.x) + base;
   const T* dy = static_cast<const T*>(a.r) + base;
   const T* dh = static_cast<const T*>(a.b);
@@ -535,20 +575,27 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) mbar_init(&full[s], 1);
+    mbar_init(&stat_bar[0], 1);
+    mbar_init(&stat_bar[1], 1);
     mbar_init_fence();
   }
-  __syncthreads();
-  auto issue = [&](int64_t k, int s) {  // the cluster's k-th row into stage s (= k % stages)
+  cluster.sync();  // peers push into stat_bar / stat_buf: initialized everywhere first
+  auto issue = [&](int k, int s) {  // the cluster's k-th row into stage s (= k % stages)
     if (k >= mine) return;
-    const int64_t row = row0 + k * step;
+    const int64_t row = row0 + int64_t{k} * step;
     mbar_arrive_expect_tx(&full[s], 2 * slice_bytes);
     if (slice_bytes > 0) {
       bulk_copy_g2s(x_stage(s), x + row * a.x_pitch, slice_bytes, &full[s]);
       bulk_copy_g2s(g_stage(s), dy + row * a.r_pitch, slice_bytes, &full[s]);
     }
   };
-  if (tid == 0)
+  if (tid == 0) {
+#pragma unroll 1
     for (int k = 0; k < stages; ++k) issue(k, k);
+    // Rows 0 and 1 of the exchange: one arrival (this one) plus the peers' bytes.
+    for (int b = 0; b < 2; ++b)
+      if (b < mine) mbar_arrive_expect_tx(&stat_bar[b], stat_bytes);
+  }
   // Each thread reads back only the weight vectors it stored: no barrier needed.
   float acc_w[KV][VEC], acc_b[KV][VEC];
 #pragma unroll
@@ -561,7 +608,65 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     for (int j = 0; j < VEC; ++j) acc_w[q][j] = acc_b[q][j] = 0.f;
   }
   const float inv_n = 1.f / static_cast<float>(a.cols);
-  int phase = 0;
+  // Warp 0: waits for the cluster's partials of row k (pushed one row earlier), sums them in
+  // rank order (lane = rank, the fixed butterfly) and leaves dx's per-row coefficients in
+  // `coef`; re-arms the row's barrier for row k + 2. The row's rstd / mean come from pend_stat
+  // (a global load here sat on warp 0's path to the CTA barrier).
+  auto gather = [&](int k) {
+    const int b = k & 1;
+    mbar_wait(&stat_bar[b], static_cast<uint32_t>(k >> 1) & 1u);
+    float2 p = make_float2(0.f, 0.f);
+    if (lane < csize) p = stat_buf[b][lane];
+    p = warp_sum2(p);
+    __syncwarp();  // every lane has read stat_buf[b] before its next phase is armed
+    if (lane == 0) {
+      if (k + 2 < mine) mbar_arrive_expect_tx(&stat_bar[b], stat_bytes);
+      const float2 st = pend_stat;
+      const float prs = st.x, pmu = st.y;
+      const float m_gx = p.x * inv_n;
+      const float m_g = M == Mode::rms ? 0.f : p.y * inv_n;
+      // dx = rs (g w - xh m_gx - m_g) = (g w) rs + x A + B (as norm_bwd_staged_kernel).
+      coef = make_float4(-(prs * prs) * m_gx, prs * fmaf(prs * m_gx, pmu, -m_g), prs, 0.f);
+    }
+  };
+  // dx of the cluster's row k from stage s (coefficients in `coef`). Two copies of the loop:
+  // a runtime-predicated dh cost 16 instructions per vector (unpack + predicated adds) without dh.
+  // LayerNorm has no dh (layer_norm_backward leaves a.b null): one copy, and no dh registers.
+  auto write_dx_as = [&](int k, int s, auto with_dh) {
+    constexpr bool kDh = decltype(with_dh)::value;
+    const int64_t row = row0 + int64_t{k} * step;
+    const float4 c = coef;
+    const T* xs = x_stage(s);
+    const T* gs = g_stage(s);
+    T* const dr = dx + row * a.y_pitch;
+    const T* hr = nullptr;
+    if constexpr (kDh) hr = dh + row * a.b_pitch + int64_t{long_bwd::cluster_rank()} * chunk;
+#pragma unroll
+    for (int q = 0; q < KV; ++q) {
+      const int v = tid + q * kLongBwdBlock;
+      if (v >= nv) continue;
+      PFrag<T, VEC> xf, gf, wf, hf;
+      if constexpr (kDh) hf.load(hr + v * VEC, VEC);
+      xf.load(xs + v * VEC, VEC);
+      gf.load(gs + v * VEC, VEC);
+      wf.load(w_slice + v * VEC, VEC);
+      Frag<T, VEC> o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float tx = M == Mode::rms ? xf.at(j) * c.x : fmaf(xf.at(j), c.x, c.y);
+        float r = fmaf(gf.at(j) * wf.at(j), c.z, tx);
+        if constexpr (kDh) r += hf.at(j);
+        o.v[j] = from_f32<T>(r);
+      }
+      store_frag_global<VEC>(dr + v * VEC, o);
+    }
+  };
+  auto write_dx = [&](int k, int s) {
+    if (M == Mode::rms && dh != nullptr)
+      write_dx_as(k, s, std::bool_constant<M == Mode::rms>{});
+    else
+      write_dx_as(k, s, std::false_type{});
+  };
   // One CTA per SM: a row's statistics are loaded a row ahead (a dependent global load at the
   // top of every row stalled the whole SM), the stage and its parity kept incrementally (k %
   // stages, k / stages on 64-bit k were two division sequences per row).
@@ -570,15 +675,15 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     rs = a.rstd[row0];
     if constexpr (M == Mode::ln) mu = a.mean[row0];
   }
-  int s = 0;
+  int s = 0, ps = 0;  // stages of rows k and k - 1
   uint32_t parity = 0;
 #pragma unroll 1
-  for (int64_t k = 0; k < mine; ++k) {
-    const int64_t row = row0 + k * step;
+  for (int k = 0; k < mine; ++k) {
     float rs_n = 0.f, mu_n = 0.f;
     if (k + 1 < mine) {
-      rs_n = a.rstd[row + step];
-      if constexpr (M == Mode::ln) mu_n = a.mean[row + step];
+      const int64_t next = row0 + int64_t{k + 1} * step;
+      rs_n = a.rstd[next];
+      if constexpr (M == Mode::ln) mu_n = a.mean[next];
     }
     mbar_wait(&full[s], parity);
     const T* xs = x_stage(s);
@@ -603,73 +708,65 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
         if constexpr (M == Mode::ln) s_g += g;  // RMS has no mean(g) term
       }
     }
-    // Row sums: warps, then the CTA's 32 warps, then the cluster's CTAs in rank order.
-    float2 t = warp_sum2(make_float2(s_gx, s_g));
-    if (lane == 0) red.warp[warp] = t;
-    __syncthreads();
+    // Row sums: warps, then the CTA's 32 warps; pushed to the cluster's CTAs below.
+    const float2 t = warp_sum2(make_float2(s_gx, s_g));
+    if (lane == 0) red_warp[warp] = t;
+    if (warp == 0 && k > 0) gather(k - 1);  // row k - 1's partials: long arrived
+    __syncthreads();                        // S1: red_warp, coef
     if (warp == 0) {
-      t = warp_sum2(red.warp[lane]);
-      if (lane == 0) red.cl[phase] = t;
+      const float2 p = warp_sum2(red_warp[lane]);
+      if (lane < csize)
+        long_bwd::st_async_f2(&stat_buf[k & 1][rank], &stat_bar[k & 1], static_cast<uint32_t>(lane),
+                              p);
+      if (lane == 0) pend_stat = make_float2(rs, mu);  // gather(k - 1) has read the last one
     }
-    cluster.sync();
-    if (warp == 0) {
-      float2 p = make_float2(0.f, 0.f);
-      if (lane < csize) p = *cluster.map_shared_rank(&red.cl[phase], lane);
-      p = warp_sum2(p);
-      if (lane == 0) red.bc = p;
-    }
-    __syncthreads();
-    const float2 sums = red.bc;
-    phase ^= 1;
-    const float m_gx = sums.x * inv_n;
-    const float m_g = M == Mode::rms ? 0.f : sums.y * inv_n;
-    // dx = rs (g w - xh m_gx - m_g) = (g w) rs + x A + B (as norm_bwd_staged_kernel).
-    const float cA = -(rs * rs) * m_gx;
-    const float cB = rs * fmaf(rs * m_gx, mu, -m_g);
-    T* const dr = dx + row * a.y_pitch;
-    const T* const hr = dh != nullptr ? dh + row * a.b_pitch + base : nullptr;
-#pragma unroll
-    for (int q = 0; q < KV; ++q) {
-      const int v = tid + q * kLongBwdBlock;
-      if (v >= nv) continue;
-      PFrag<T, VEC> xf, gf, wf, hf;
-      xf.load(xs + v * VEC, VEC);
-      gf.load(gs + v * VEC, VEC);
-      wf.load(w_slice + v * VEC, VEC);
-      if (hr != nullptr) hf.load(hr + v * VEC, VEC);
-      Frag<T, VEC> o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float tx = M == Mode::rms ? xf.at(j) * cA : fmaf(xf.at(j), cA, cB);
-        float r = fmaf(gf.at(j) * wf.at(j), rs, tx);
-        if (hr != nullptr) r += hf.at(j);
-        o.v[j] = from_f32<T>(r);
-      }
-      store_frag_global<VEC>(dr + v * VEC, o);
-    }
-    __syncthreads();  // every thread is done with stage s: refill it
-    if (tid == 0) issue(k + stages, s);
+    if (k > 0) write_dx(k - 1, ps);  // while row k's partials travel
+    __syncthreads();                 // S2: every thread is done with stage ps: refill it
+    if (tid == 0 && k > 0) issue(k - 1 + stages, ps);
     mu = mu_n;
     rs = rs_n;
+    ps = s;
     if (++s == stages) {
       s = 0;
       parity ^= 1u;
     }
   }
-  // This CTA's columns of the cluster's slot.
+  if (mine > 0) {  // the last row's dx
+    if (warp == 0) gather(mine - 1);
+    __syncthreads();
+    write_dx(mine - 1, ps);
+  }
+  // This CTA's columns of the cluster's slot, as 16-byte stores (cols % VEC == 0, the slice
+  // offset a multiple of VEC; the scratch is cudaMallocAsync'd): one float per 4-byte store had
+  // each warp instruction touch 32 sectors, and the tail after the last row took 19 us (RMS) /
+  // 36 us (LayerNorm) of a ~150 us kernel (clock64 instrumentation, H200). The slice offset is
+  // re-read here (volatile): a pointer kept from before the row loop spilled (LayerNorm KV 2, at
+  // the 64-register cap).
+  static_assert(VEC % 4 == 0, "16-bit rows: 8 floats per vector");
+  const int64_t col0 = int64_t{long_bwd::cluster_rank()} * chunk;
   const int64_t slot = row0, slots = step;
 #pragma unroll
   for (int q = 0; q < KV; ++q) {
     const int v = tid + q * kLongBwdBlock;
     if (v >= nv) continue;
+    const int64_t c = col0 + int64_t{v} * VEC;
+    float4* const pw = reinterpret_cast<float4*>(a.ws + slot * a.cols + c);
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const int64_t c = base + int64_t{v} * VEC + j;
-      a.ws[slot * a.cols + c] = acc_w[q][j];
-      if constexpr (kArrays >= 2) a.ws[(slots + slot) * a.cols + c] = acc_b[q][j];
+    for (int j = 0; j < VEC / 4; ++j)
+      pw[j] = make_float4(acc_w[q][4 * j], acc_w[q][4 * j + 1], acc_w[q][4 * j + 2],
+                          acc_w[q][4 * j + 3]);
+    if constexpr (kArrays >= 2) {
+      float4* const pb = reinterpret_cast<float4*>(a.ws + (slots + slot) * a.cols + c);
+#pragma unroll
+      for (int j = 0; j < VEC / 4; ++j)
+        pb[j] = make_float4(acc_b[q][4 * j], acc_b[q][4 * j + 1], acc_b[q][4 * j + 2],
+                            acc_b[q][4 * j + 3]);
     }
   }
-  cluster.sync();  // no CTA leaves while a peer may still read its red.cl
+  // No CTA leaves while a peer may still push into its stat_buf. Relaxed: nothing is published
+  // through this barrier (cluster.sync's release waited for every dx / dw store to drain).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
+                   : "memory");
 }
 
 // Launches the long-row backward when it applies (RMS / LN, f16/bf16, 16-byte aligned rows of

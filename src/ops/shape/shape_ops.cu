@@ -48,14 +48,17 @@ struct CatTable {
 // division's fast path included) become ~10. Min 8 blocks per SM: 32 registers, no spill
 // (uint4: 42 before, 5 blocks): 2048 threads x 64 B = 128 KB of loads in flight per SM.
 template <class U>
-__global__ void __launch_bounds__(kCatThreads, 8) concat_kernel(const __grid_constant__ CatTable tab) {
+__global__ void __launch_bounds__(kCatThreads, 8)
+    concat_kernel(const __grid_constant__ CatTable tab) {
   constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
   const int64_t tile = blockIdx.x;
   int lo = 0, hi = tab.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (tab.e[mid].first_tile <= tile) lo = mid;
-    else hi = mid - 1;
+    if (tab.e[mid].first_tile <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const CatEntry& e = tab.e[lo];
   const int64_t w = e.width;
@@ -90,7 +93,7 @@ constexpr int kTDim = 64;
 constexpr int kTRows = 4;  // threads in y; each covers kTDim / kTRows rows
 
 template <class U>
-__global__ void __launch_bounds__(kTDim * kTRows)
+__global__ void __launch_bounds__(kTDim* kTRows)
     transpose_batched_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
                              int64_t cols) {
   __shared__ U tile[kTDim][kTDim + 1];
@@ -123,7 +126,8 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
   chk.valid_layout("out", out);
   if (out.ndim < 1) chk.fail("out", "a tensor of rank >= 1", "rank 0");
   if (axis < -out.ndim || axis >= out.ndim)
-    chk.fail("axis", "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
+    chk.fail("axis",
+             "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
              std::to_string(axis));
   const int ax = axis < 0 ? axis + out.ndim : axis;
   int64_t total = 0;
@@ -136,15 +140,17 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
     if (!ok) {
       Tensor want = out;
       want.shape[ax] = t.ndim == out.ndim ? t.shape[ax] : 0;
-      chk.fail(name(i).c_str(), "shape " + want.shape_string() + " (out's shape except axis " +
-                                    std::to_string(ax) + ")",
-               t.shape_string());
+      chk.fail(
+          name(i).c_str(),
+          "shape " + want.shape_string() + " (out's shape except axis " + std::to_string(ax) + ")",
+          t.shape_string());
     }
     total += t.shape[ax];
   }
   if (total != out.shape[ax])
-    chk.fail("out", "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
-                        " (the inputs' sum)",
+    chk.fail("out",
+             "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
+                 " (the inputs' sum)",
              out.shape_string());
   for (size_t i = 0; i < count; ++i) chk.contiguous(name(i).c_str(), inputs[i]);
   chk.contiguous("out", out);
@@ -168,7 +174,11 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
            reinterpret_cast<uintptr_t>(inputs[i].data);
     off += w;
   }
-  const int g = (acc % 16 == 0) ? 16 : (acc % 8 == 0) ? 8 : (acc % 4 == 0) ? 4 : (acc % 2 == 0) ? 2 : 1;
+  const int g = (acc % 16 == 0)  ? 16
+                : (acc % 8 == 0) ? 8
+                : (acc % 4 == 0) ? 4
+                : (acc % 2 == 0) ? 2
+                                 : 1;
   auto launch = [&](auto unit_tag) {
     using U = decltype(unit_tag);
     constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
@@ -244,9 +254,9 @@ void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
     const int64_t tiles = tile::ceil_div(r, MT::kRows) * col_tiles;
     const int64_t max_blocks = int64_t{detail::current_sm_count()} * 64;
     detail::transpose_tile_kernel<U>
-        <<<static_cast<unsigned>(std::min(tiles * b, max_blocks)), detail::kTransposeWarps * 32,
-           0, stream>>>(static_cast<const U*>(src.data), static_cast<U*>(dst.data), r, c, c, r,
-                        col_tiles, tiles, r * c, r * c, b);
+        <<<static_cast<unsigned>(std::min(tiles * b, max_blocks)), detail::kTransposeWarps * 32, 0,
+           stream>>>(static_cast<const U*>(src.data), static_cast<U*>(dst.data), r, c, c, r,
+                     col_tiles, tiles, r * c, r * c, b);
     return true;
   };
   const bool tiled = es == 2   ? launch_tiles(uint16_t{})
@@ -258,15 +268,14 @@ void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
     return;
   }
   if (b > 65535) chk.fail("src", "a batch of at most 65535", src.shape_string());
-  if ((r + kTDim - 1) / kTDim > 65535)
-    chk.fail("src", "at most 65535·64 rows", src.shape_string());
+  if ((r + kTDim - 1) / kTDim > 65535) chk.fail("src", "at most 65535·64 rows", src.shape_string());
   const dim3 grid(static_cast<unsigned>((c + kTDim - 1) / kTDim),
                   static_cast<unsigned>((r + kTDim - 1) / kTDim), static_cast<unsigned>(b));
   const dim3 block(kTDim, kTRows);
   auto launch = [&](auto unit) {
     using U = decltype(unit);
     transpose_batched_kernel<U><<<grid, block, 0, stream>>>(static_cast<const U*>(src.data),
-                                                           static_cast<U*>(dst.data), r, c);
+                                                            static_cast<U*>(dst.data), r, c);
   };
   switch (dtype_size(src.dtype)) {
     case 1: launch(uint8_t{}); break;
