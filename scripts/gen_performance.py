@@ -69,6 +69,7 @@ def render(files, root):
         out.append("No results yet: run `scripts/gpu-check.sh OUTDIR` on a GPU machine and copy "
                    "OUTDIR/*.json to bench/results/<gpu>/.\n")
         return "\n".join(out)
+    out.append(targets_at_a_glance(files))
     current_gpu = None
     for gpu_dir, path, data in files:
         if gpu_dir != current_gpu:
@@ -116,6 +117,39 @@ def render(files, root):
             if has_check:
                 cells.append(esc(r.get("check", "")))
             rows.append("| " + " | ".join(cells) + " |")
+        out.append("\n".join(rows) + "\n")
+    return "\n".join(out)
+
+
+def targets_at_a_glance(files):
+    """Per GPU: how many records with a target met it, and every record that missed it."""
+    out = ["## Targets at a glance\n"]
+    by_gpu = {}
+    for gpu_dir, path, data in files:
+        for r in data["records"]:
+            if r.get("target"):
+                by_gpu.setdefault(gpu_dir, []).append((data.get("suite", path.stem), r))
+    if not by_gpu:
+        return "\n".join(out + ["No record carries a target yet.\n"])
+    for gpu_dir, recs in by_gpu.items():
+        missed = [(suite, r) for suite, r in recs if not r.get("target_met")]
+        out.append(f"- `{esc(gpu_dir)}`: {len(recs) - len(missed)} of {len(recs)} records with a "
+                   f"target met, {len(missed)} missed")
+    out.append("")
+    head = ["gpu", "suite", "op", "case", "dtype", "target", "ratio", "peak fraction"]
+    rows = ["| " + " | ".join(head) + " |",
+            "|" + "|".join("---:" if h in ("ratio", "peak fraction") else "---"
+                           for h in head) + "|"]
+    for gpu_dir, recs in by_gpu.items():
+        for suite, r in recs:
+            if r.get("target_met"):
+                continue
+            rows.append("| " + " | ".join([
+                esc(gpu_dir), esc(suite), esc(r.get("op", "")), esc(r.get("case", "")),
+                esc(r.get("dtype", "")), esc(r.get("target", "")), num(r.get("ratio"), 3),
+                num(r.get("peak_fraction"), 3)]) + " |")
+    if len(rows) > 2:
+        out.append("Missed (each gap is discussed in the op family's doc under `docs/`):\n")
         out.append("\n".join(rows) + "\n")
     return "\n".join(out)
 
