@@ -29,8 +29,6 @@ struct CatEntry {
   int64_t width;   // units per row of this input
   int64_t offset;  // units from the start of an out row
   int64_t first_tile;
-  int32_t step_rows;  // kCatThreads / width: rows a thread advances per unit, plus
-  int32_t step_cols;  // kCatThreads % width columns
 };
 
 struct CatTable {
@@ -41,49 +39,33 @@ struct CatTable {
   void* out;
 };
 
-// A thread copies units k, k + 256, k + 512, k + 768 of one input (row-major (outer, width)).
-// The loads go out together; the out position is resolved once per thread (one division)
-// and then advanced by (step_rows, step_cols) per unit with one conditional row wrap: the
-// division and 64-bit multiply per unit (~40 instructions per 16-byte unit in SASS, the 64-bit
-// division's fast path included) become ~10. Min 8 blocks per SM: 32 registers, no spill
-// (uint4: 42 before, 5 blocks): 2048 threads x 64 B = 128 KB of loads in flight per SM.
 template <class U>
-__global__ void __launch_bounds__(kCatThreads, 8)
-    concat_kernel(const __grid_constant__ CatTable tab) {
+__global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_constant__ CatTable tab) {
   constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
   const int64_t tile = blockIdx.x;
   int lo = 0, hi = tab.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (tab.e[mid].first_tile <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
+    if (tab.e[mid].first_tile <= tile) lo = mid;
+    else hi = mid - 1;
   }
   const CatEntry& e = tab.e[lo];
-  const int64_t w = e.width;
-  const int64_t k = (tile - e.first_tile) * kTile + threadIdx.x;
-  const int64_t left = w * tab.outer - k;  // units from this thread's first to the input's end
-  const U* src = static_cast<const U*>(e.src) + k;
+  const int64_t total = e.width * tab.outer;
+  const int64_t k0 = (tile - e.first_tile) * kTile;
+  const U* src = static_cast<const U*>(e.src);
+  U* out = static_cast<U*>(tab.out);
   U v[kCatUnits];
 #pragma unroll
-  for (int j = 0; j < kCatUnits; ++j)
-    if (int64_t{j} * kCatThreads < left) v[j] = src[j * kCatThreads];
-  if (left <= 0) return;
-  const int64_t ow = tab.out_width;
-  const int64_t r = k / w;
-  int64_t c = k - r * w;
-  U* o = static_cast<U*>(tab.out) + r * ow + e.offset + c;
-  const int64_t step = int64_t{e.step_rows} * ow + e.step_cols;  // out units per unit
-  const int64_t wrap = ow - w;  // one more row: + ow, back by w columns
+  for (int j = 0; j < kCatUnits; ++j) {
+    const int64_t k = k0 + int64_t{j} * kCatThreads + threadIdx.x;
+    if (k < total) v[j] = src[k];
+  }
 #pragma unroll
   for (int j = 0; j < kCatUnits; ++j) {
-    if (int64_t{j} * kCatThreads < left) *o = v[j];
-    c += e.step_cols;
-    o += step;
-    if (c >= w) {
-      c -= w;
-      o += wrap;
+    const int64_t k = k0 + int64_t{j} * kCatThreads + threadIdx.x;
+    if (k < total) {
+      const int64_t r = k / e.width, c = k - r * e.width;
+      out[r * tab.out_width + e.offset + c] = v[j];
     }
   }
 }
@@ -93,7 +75,7 @@ constexpr int kTDim = 64;
 constexpr int kTRows = 4;  // threads in y; each covers kTDim / kTRows rows
 
 template <class U>
-__global__ void __launch_bounds__(kTDim* kTRows)
+__global__ void __launch_bounds__(kTDim * kTRows)
     transpose_batched_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
                              int64_t cols) {
   __shared__ U tile[kTDim][kTDim + 1];
@@ -126,8 +108,7 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
   chk.valid_layout("out", out);
   if (out.ndim < 1) chk.fail("out", "a tensor of rank >= 1", "rank 0");
   if (axis < -out.ndim || axis >= out.ndim)
-    chk.fail("axis",
-             "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
+    chk.fail("axis", "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
              std::to_string(axis));
   const int ax = axis < 0 ? axis + out.ndim : axis;
   int64_t total = 0;
@@ -140,17 +121,15 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
     if (!ok) {
       Tensor want = out;
       want.shape[ax] = t.ndim == out.ndim ? t.shape[ax] : 0;
-      chk.fail(
-          name(i).c_str(),
-          "shape " + want.shape_string() + " (out's shape except axis " + std::to_string(ax) + ")",
-          t.shape_string());
+      chk.fail(name(i).c_str(), "shape " + want.shape_string() + " (out's shape except axis " +
+                                    std::to_string(ax) + ")",
+               t.shape_string());
     }
     total += t.shape[ax];
   }
   if (total != out.shape[ax])
-    chk.fail("out",
-             "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
-                 " (the inputs' sum)",
+    chk.fail("out", "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
+                        " (the inputs' sum)",
              out.shape_string());
   for (size_t i = 0; i < count; ++i) chk.contiguous(name(i).c_str(), inputs[i]);
   chk.contiguous("out", out);
@@ -174,11 +153,7 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
            reinterpret_cast<uintptr_t>(inputs[i].data);
     off += w;
   }
-  const int g = (acc % 16 == 0)  ? 16
-                : (acc % 8 == 0) ? 8
-                : (acc % 4 == 0) ? 4
-                : (acc % 2 == 0) ? 2
-                                 : 1;
+  const int g = (acc % 16 == 0) ? 16 : (acc % 8 == 0) ? 8 : (acc % 4 == 0) ? 4 : (acc % 2 == 0) ? 2 : 1;
   auto launch = [&](auto unit_tag) {
     using U = decltype(unit_tag);
     constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
@@ -203,8 +178,6 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
       e.width = w;
       e.offset = offset;
       e.first_tile = tiles;
-      e.step_rows = static_cast<int32_t>(kCatThreads / w);
-      e.step_cols = static_cast<int32_t>(kCatThreads % w);
       tiles += (w * outer + kTile - 1) / kTile;
       offset += w;
       if (tab.count == kMaxInputs || tiles > (int64_t{1} << 30)) flush();
@@ -254,9 +227,9 @@ void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
     const int64_t tiles = tile::ceil_div(r, MT::kRows) * col_tiles;
     const int64_t max_blocks = int64_t{detail::current_sm_count()} * 64;
     detail::transpose_tile_kernel<U>
-        <<<static_cast<unsigned>(std::min(tiles * b, max_blocks)), detail::kTransposeWarps * 32, 0,
-           stream>>>(static_cast<const U*>(src.data), static_cast<U*>(dst.data), r, c, c, r,
-                     col_tiles, tiles, r * c, r * c, b);
+        <<<static_cast<unsigned>(std::min(tiles * b, max_blocks)), detail::kTransposeWarps * 32,
+           0, stream>>>(static_cast<const U*>(src.data), static_cast<U*>(dst.data), r, c, c, r,
+                        col_tiles, tiles, r * c, r * c, b);
     return true;
   };
   const bool tiled = es == 2   ? launch_tiles(uint16_t{})
@@ -268,14 +241,15 @@ void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
     return;
   }
   if (b > 65535) chk.fail("src", "a batch of at most 65535", src.shape_string());
-  if ((r + kTDim - 1) / kTDim > 65535) chk.fail("src", "at most 65535·64 rows", src.shape_string());
+  if ((r + kTDim - 1) / kTDim > 65535)
+    chk.fail("src", "at most 65535·64 rows", src.shape_string());
   const dim3 grid(static_cast<unsigned>((c + kTDim - 1) / kTDim),
                   static_cast<unsigned>((r + kTDim - 1) / kTDim), static_cast<unsigned>(b));
   const dim3 block(kTDim, kTRows);
   auto launch = [&](auto unit) {
     using U = decltype(unit);
     transpose_batched_kernel<U><<<grid, block, 0, stream>>>(static_cast<const U*>(src.data),
-                                                            static_cast<U*>(dst.data), r, c);
+                                                           static_cast<U*>(dst.data), r, c);
   };
   switch (dtype_size(src.dtype)) {
     case 1: launch(uint8_t{}); break;
