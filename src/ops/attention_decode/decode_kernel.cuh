@@ -4,9 +4,11 @@
 // One CTA = (batch b, KV head, block of ROWS = 16·MT query rows, KV split). The query rows of a
 // CTA are all (new token s, query head g) pairs of one KV group, row = s·group + g, so the
 // group's query heads share every K/V byte the CTA streams (GQA; MLA is one group of H heads).
-// KV tiles of TILE tokens stream through a STAGES-deep cp.async (16-byte, zero-filling) ring in
-// shared memory; the paged form looks each token's page up one iteration ahead into a small
-// shared table (page_of), so the copy loop does no division or dependent global load. Per tile
+// KV tiles of TILE tokens stream through a STAGES-deep ring in shared memory, filled by TMA boxes
+// of 64 dims x box_tokens tokens (128B swizzle; one mbarrier per stage; issued by the lanes of
+// warp 0) or, where no tensor map could be made, by 16-byte zero-filling cp.async copies into
+// the same layout. The paged form looks each token's page up one iteration ahead into a small
+// shared table (page_of), so the issue does no division or dependent global load. Per tile
 // (three barriers):
 //   S phase   warps take (m-tile, 16-token slab) units: S = Q·Kᵀ with mma.sync m16n8k16
 //             (Q and K fragments by ldmatrix from XOR-swizzled tiles), scale / soft-cap /
@@ -19,6 +21,7 @@
 // Splits write fp32 partial O (normalized) and log2-sum-exp; combine_kernel merges them.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,6 +33,12 @@
 namespace tessel::decode {
 
 struct KernelArgs {
+  // K and V caches as 4-d tensors (dims, KV heads, tokens per unit, units), units = sequences
+  // (contiguous) or pages; boxes of (64, 1, box_tokens, 1) with the 128B swizzle. tma = 0: no
+  // maps (cp.async loads). tmap_v is unused for MLA (V is the latent tile).
+  CUtensorMap tmap_k, tmap_v;
+  int tma;         // 1: TMA loads
+  int box_tokens;  // tokens per box: divides the tile and the page size
   const void* q0;  // dims [0, DQ0)
   const void* q1;  // dims [DQ0, DQK) (MLA q_rope), else unused
   int64_t q0_sb, q0_ss, q0_sh, q1_sb, q1_ss, q1_sh;
@@ -65,6 +74,35 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Box (c0 .. c0+63, c1, c2 .. c2+box_tokens-1, c3) of a 4-d tensor map into shared memory.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, int c3, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+      : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -124,6 +162,14 @@ __device__ __forceinline__ int swz(int row, int c) {
   }
 }
 
+// 16-byte chunk index of (token t, chunk c) in a K or V stage tile: blocks of 64 dims (8 chunks)
+// of TILE rows of 128 bytes, chunk c % 8 at (c % 8) ^ (t % 8) — the layout a TMA box with the
+// 128B swizzle writes (block bases 1024-byte aligned), conflict-free for ldmatrix.
+template <int TILE>
+__device__ __forceinline__ int kv_idx(int t, int c) {
+  return (c >> 3) * (TILE * 8) + t * 8 + ((c & 7) ^ (t & 7));
+}
+
 template <class T_, int DQK_, int DQ0_, int DV_, bool KV_SHARED_, int MT_, int NW_, int TILE_,
           int STAGES_, bool PAGED_, int KSPLIT_ = 1>
 struct Cfg {
@@ -139,9 +185,13 @@ struct Cfg {
   // and the partial S fragments meet in shared memory (MLA: 576 dims, 2 units, 8 warps).
   static constexpr int KSPLIT = KSPLIT_;
   static constexpr int STAGE_CHUNKS = TILE * (CPR_K + (KV_SHARED ? 0 : CPR_V));
+  // Q | stages | P | slab reductions | page table | S partials | stage barriers | flag. Q and
+  // every stage are multiples of 1024 bytes (the TMA swizzle's alignment).
   static constexpr size_t SMEM = 16ull * (ROWS * CPR_K + STAGES * STAGE_CHUNKS + ROWS * CPR_P) +
                                  4ull * SLABS * ROWS + (PAGED ? 8ull * STAGES * TILE : 0) +
-                                 4ull * (KSPLIT - 1) * UNITS * 8 * 32;
+                                 4ull * (KSPLIT - 1) * UNITS * 8 * 32 + 8ull * STAGES + 8;
+  static_assert((ROWS * CPR_K) % 64 == 0 && STAGE_CHUNKS % 64 == 0);
+  static_assert(CPR_K % 8 == 0 && CPR_V % 8 == 0 && TILE % 16 == 0);
   static_assert(!PAGED || TILE <= THREADS);
   static_assert(DQK % 16 == 0 && DV % 16 == 0 && TILE % 16 == 0 && NT_PV % 2 == 0);
   static_assert(!KV_SHARED || DV <= DQK);
@@ -174,9 +224,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
   constexpr int UNITS = C::UNITS, UPW = C::UPW, NT_PV = C::NT_PV;
-  // V tiles of MLA are the latent tile itself (row pitch CPR_K).
-  constexpr int CPR_VS = C::KV_SHARED ? CPR_K : CPR_V;
-  extern __shared__ __align__(128) uint4 smem[];
+  extern __shared__ __align__(1024) uint4 smem[];
   uint4* s_q = smem;
   uint4* s_kv = s_q + ROWS * CPR_K;
   uint4* s_p = s_kv + STAGES * C::STAGE_CHUNKS;
@@ -186,6 +234,11 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   int2* s_pg = reinterpret_cast<int2*>(s_red + SLABS * ROWS);
   float* s_spart = reinterpret_cast<float*>(s_pg + (C::PAGED ? STAGES * TILE : 0));
   constexpr int KSPLIT = C::KSPLIT;
+  uint64_t* s_full = reinterpret_cast<uint64_t*>(s_spart + (KSPLIT - 1) * UNITS * 8 * 32);
+  bool* s_last = reinterpret_cast<bool*>(s_full + STAGES);
+  // TMA boxes need the stages 1024-byte aligned (always so without static shared memory; the
+  // cp.async path stays correct otherwise).
+  const bool use_tma = a.tma != 0 && (smem_u32(smem) & 1023u) == 0;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rb = blockIdx.x % a.row_blocks, split = blockIdx.x / a.row_blocks;
@@ -234,10 +287,51 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     }
     s_q[swz<CPR_K>(r, c)] = v;
   }
+  if (use_tma && tid == 0) {
+    for (int st = 0; st < STAGES; ++st) mbar_init(s_full + st, 32);  // warp 0's lanes arrive
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
 
   auto load_tile = [&](int stage, int t0) {
     uint4* sk = s_kv + stage * C::STAGE_CHUNKS;
     const int2* pg = s_pg + stage * TILE;
+    if (use_tma) {
+      // Warp 0's lanes issue the boxes (64 dims x box_tokens tokens) of the tile's K and V
+      // blocks; boxes wholly past the end (or on a bad page) are skipped, their rows zeroed
+      // after the wait. Each lane announces its bytes before its copies.
+      if (warp != 0) return;
+      constexpr int HK = C::DQK / 64, HV = C::KV_SHARED ? 0 : C::DV / 64;
+      const int bt = a.box_tokens, per_half = TILE / bt, nb = per_half * (HK + HV);
+      auto box_at = [&](int u, int& c2, int& c3) {  // false: nothing to load
+        if constexpr (C::PAGED) {
+          const int2 e = pg[u * bt];
+          c2 = e.y;
+          c3 = e.x;
+          return e.x >= 0;
+        } else {
+          c2 = t0 + u * bt;
+          c3 = b;
+          return c2 < end;
+        }
+      };
+      uint32_t bytes = 0;
+      for (int j = lane; j < nb; j += 32) {
+        int c2, c3;
+        if (box_at(j % per_half, c2, c3)) bytes += static_cast<uint32_t>(bt) * 128u;
+      }
+      mbar_arrive_expect_tx(s_full + stage, bytes);
+      char* base = reinterpret_cast<char*>(sk);
+      for (int j = lane; j < nb; j += 32) {
+        const int u = j % per_half, hh = j / per_half;
+        int c2, c3;
+        if (!box_at(u, c2, c3)) continue;
+        const bool isv = hh >= HK;
+        const int h = isv ? hh - HK : hh;
+        tma_load_4d(base + (isv ? TILE * CPR_K * 16 : 0) + h * TILE * 128 + u * bt * 128,
+                    isv ? &a.tmap_v : &a.tmap_k, h * 64, kvh, c2, c3, s_full + stage);
+      }
+      return;
+    }
     // Row start of token t of the tile in a cache (nullptr: zero-fill).
     auto row_of = [&](const void* base, int64_t sb, int64_t st, int64_t sh, int t) -> const T* {
       if constexpr (C::PAGED) {
@@ -275,12 +369,11 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           vrow =
               in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
         }
-        cp_async16(sk + swz<CPR_K>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
-        cp_async16(sv + swz<CPR_V>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
+        cp_async16(sk + kv_idx<TILE>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
+        cp_async16(sv + kv_idx<TILE>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
       }
-      return;
-    }
-    if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 && CPR_K % (C::THREADS / TILE) == 0) {
+    } else if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 &&
+                         CPR_K % (C::THREADS / TILE) == 0) {
       // One latent tile (MLA): kThreadsPerToken threads per token, each resolving its token's
       // row once and copying every kThreadsPerToken-th chunk (each group of 8 lanes covers
       // 128 contiguous bytes of one row), instead of a page lookup and address per chunk.
@@ -289,20 +382,20 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
 #pragma unroll
       for (int c = tid % kThreadsPerToken; c < CPR_K; c += kThreadsPerToken)
-        cp_async16(sk + swz<CPR_K>(t, c), row ? row + c * 8 : a.k, row != nullptr);
-      return;
-    }
-    for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
-      const int t = idx / CPR_K, c = idx - t * CPR_K;
-      const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
-      cp_async16(sk + swz<CPR_K>(t, c), row ? row + c * 8 : a.k, row != nullptr);
-    }
-    if constexpr (!C::KV_SHARED) {
-      uint4* sv = sk + TILE * CPR_K;
-      for (int idx = tid; idx < TILE * CPR_V; idx += C::THREADS) {
-        const int t = idx / CPR_V, c = idx - t * CPR_V;
-        const T* row = row_of(a.v, a.v_sb, a.v_st, a.v_sh, t);
-        cp_async16(sv + swz<CPR_V>(t, c), row ? row + c * 8 : a.v, row != nullptr);
+        cp_async16(sk + kv_idx<TILE>(t, c), row ? row + c * 8 : a.k, row != nullptr);
+    } else {
+      for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
+        const int t = idx / CPR_K, c = idx - t * CPR_K;
+        const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
+        cp_async16(sk + kv_idx<TILE>(t, c), row ? row + c * 8 : a.k, row != nullptr);
+      }
+      if constexpr (!C::KV_SHARED) {
+        uint4* sv = sk + TILE * CPR_K;
+        for (int idx = tid; idx < TILE * CPR_V; idx += C::THREADS) {
+          const int t = idx / CPR_V, c = idx - t * CPR_V;
+          const T* row = row_of(a.v, a.v_sb, a.v_st, a.v_sh, t);
+          cp_async16(sv + kv_idx<TILE>(t, c), row ? row + c * 8 : a.v, row != nullptr);
+        }
       }
     }
   };
@@ -330,8 +423,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   if constexpr (C::PAGED) {  // pages of tiles 0 .. STAGES-1 (slot = tile % STAGES)
     for (int idx = tid; idx < STAGES * TILE; idx += C::THREADS)
       s_pg[idx] = page_of(a, b, tile_start(idx / TILE) + idx % TILE, end, bad);
-    __syncthreads();
   }
+  __syncthreads();  // page table, stage barriers
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < ntiles) load_tile(st, tile_start(st));
@@ -340,7 +433,21 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 
   const int lrow = lane & 7, lmat = lane >> 3;
   for (int it = 0; it < ntiles; ++it) {
-    cp_async_wait<STAGES - 2>();
+    const int t0 = tile_start(it);
+    if (use_tma) {
+      mbar_wait(s_full + it % STAGES, (it / STAGES) & 1);
+      // V rows past the end hold stale bytes (skipped boxes, or the rest of a box): zeros, so
+      // that P = 0 times them stays 0 (K rows past the end are masked in S).
+      const int valid = end - t0;
+      if (valid < TILE) {
+        uint4* sv = s_kv + (it % STAGES) * C::STAGE_CHUNKS + (C::KV_SHARED ? 0 : TILE * CPR_K);
+        for (int idx = tid; idx < (TILE - valid) * CPR_V; idx += C::THREADS)
+          sv[kv_idx<TILE>(valid + idx / CPR_V, idx % CPR_V)] = make_uint4(0, 0, 0, 0);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the next TMA
+      }
+    } else {
+      cp_async_wait<STAGES - 2>();
+    }
     __syncthreads();  // tile `it` visible; tile it-1 fully consumed
     {
       const int nx = it + STAGES - 1;
@@ -353,7 +460,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     if (C::PAGED && tid < TILE) next_pg = page_of(a, b, tile_start(it + STAGES) + tid, end, bad);
     const uint4* s_k = s_kv + (it % STAGES) * C::STAGE_CHUNKS;
     const uint4* s_v = C::KV_SHARED ? s_k : s_k + TILE * CPR_K;
-    const int t0 = tile_start(it);
 
     // ---- S phase ----
     float sacc[UPW][2][4];
@@ -379,7 +485,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 #pragma unroll 4
       for (int kk = ks * KSTEPS / KSPLIT; kk < (ks + 1) * KSTEPS / KSPLIT; ++kk) {
         uint32_t kb[4], qa[4];
-        ldsm_x4(kb, s_k + swz<CPR_K>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
+        ldsm_x4(kb, s_k + kv_idx<TILE>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
         ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
         mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
         mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
@@ -492,7 +598,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       for (int np = 0; np < NT_PV / 2; ++np) {
         uint32_t vb[4];
         const int c0 = warp * (C::COLS / 8) + 2 * np;
-        ldsm_x4_t(vb, s_v + swz<CPR_VS>(16 * j + (lmat & 1) * 8 + lrow, c0 + (lmat >> 1)));
+        ldsm_x4_t(vb, s_v + kv_idx<TILE>(16 * j + (lmat & 1) * 8 + lrow, c0 + (lmat >> 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);
@@ -563,17 +669,16 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   if (a.part_o == nullptr || a.tickets == nullptr) return;
   // The last of the num_splits CTAs of (b, kvh, rb) merges their partials (threadfence
   // reduction: release the partials, take a ticket; the last one acquires and reads them).
-  __shared__ bool s_last;
   __threadfence();
   __syncthreads();
   if (tid == 0) {
     unsigned* t = a.tickets + (static_cast<int64_t>(b) * a.hkv + kvh) * a.row_blocks + rb;
     const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
     if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
-    s_last = last;
+    *s_last = last;
   }
   __syncthreads();
-  if (!s_last) return;
+  if (!*s_last) return;
   __threadfence();
   for (int row = warp; row < ROWS; row += NW) {
     const int grow = rb * ROWS + row;

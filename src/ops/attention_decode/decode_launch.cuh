@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ops/attention_decode/decode_kernel.cuh"
@@ -192,6 +193,78 @@ inline int choose_splits(int64_t base_ctas, int64_t plan_len, int64_t tile, int 
   return best;
 }
 
+// cuTensorMapEncodeTiled from the driver (no libcuda link); null where the driver lacks it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline EncodeTiledFn encode_tiled_fn() {
+  static const EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+// One cache (K or V) as a 4-d tensor (dims, KV heads, tokens per unit, units), strides in
+// elements; boxes of (64, 1, box_tokens, 1), 128B swizzle (decode_kernel's kv_idx layout).
+// False where the driver refuses (e.g. a zero stride): the kernel then loads with cp.async.
+template <class T>
+bool encode_kv_map(CUtensorMap* map, const void* base, int64_t dim, int64_t heads, int64_t rows,
+                   int64_t units, int64_t s_head, int64_t s_row, int64_t s_unit, int box_tokens) {
+  const EncodeTiledFn fn = encode_tiled_fn();
+  if (fn == nullptr) return false;
+  // A stride of an axis of extent 1 is never used: give it the packed value.
+  const int64_t e = sizeof(T);
+  if (heads <= 1) s_head = dim;
+  if (rows <= 1) s_row = s_head * heads;
+  if (units <= 1) s_unit = s_row * rows;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s_head * e),
+                                 static_cast<cuuint64_t>(s_row * e),
+                                 static_cast<cuuint64_t>(s_unit * e)};
+  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_tokens), 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return fn(map,
+            std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            4, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The TMA descriptors of decode_kernel's K / V loads (a.tma = 0 where they cannot be made, or
+// with TESSEL_DECODE_TMA=0). Boxes of 16 tokens (pages: the largest power of two <= 16 dividing
+// the page size), so a tile past the end of a sequence loads only what it needs.
+template <class C>
+void set_kv_maps(KernelArgs& a) {
+  static const bool allowed = [] {
+    const char* e = std::getenv("TESSEL_DECODE_TMA");
+    return !(e && e[0] == '0');
+  }();
+  a.tma = 0;
+  if (!allowed) return;
+  using T = typename C::T;
+  const int64_t rows = C::PAGED ? a.page_size : a.capacity;
+  const int64_t units = C::PAGED ? a.num_pages : a.batch;
+  if (rows < 1 || units < 1) return;
+  int bt = 16;
+  if (C::PAGED)
+    while (a.page_size % bt != 0) bt /= 2;
+  a.box_tokens = bt;
+  bool ok =
+      encode_kv_map<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st, a.k_sb, bt);
+  if (ok && !C::KV_SHARED)
+    ok = encode_kv_map<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st, a.v_sb, bt);
+  a.tma = ok ? 1 : 0;
+}
+
 template <class C>
 void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, const char* op) {
   static int ctas_per_sm = [] {
@@ -240,6 +313,7 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     a.part_lse = nullptr;
     a.tickets = nullptr;
   }
+  set_kv_maps<C>(a);
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
