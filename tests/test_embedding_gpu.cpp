@@ -2,9 +2,17 @@
 // 4097, 4096}, duplicate ids (hot rows beyond the owner's sort capacity too), f32 dweight from
 // 16-bit dout, deterministic mode bitwise reproducible, atomic mode, out-of-range ids (zero
 // rows / ignored unchecked; tessel::Error with check_ids and nothing written).
+// Atomic mode (owner pass for rows of <= kHotThreshold tokens, chunked atomics for hot rows):
+// uniform, skewed (bucket sizes either side of the threshold and of the chunk size) and
+// all-equal ids, ragged and vector D, dense and row-pitched dweight of f32 and dout's dtype,
+// repeated calls on one stream (workspace left zeroed), graph capture (fallback on a fresh
+// stream, the full path on a stream whose workspace is already large enough).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,8 +29,10 @@ using test::DeviceTensor;
 DeviceTensor upload_ids(DType idt, const std::vector<int64_t>& ids) {
   std::vector<uint8_t> b(ids.size() * dtype_size(idt));
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (idt == DType::i32) reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(ids[i]);
-    else reinterpret_cast<int64_t*>(b.data())[i] = ids[i];
+    if (idt == DType::i32)
+      reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(ids[i]);
+    else
+      reinterpret_cast<int64_t*>(b.data())[i] = ids[i];
   }
   DeviceTensor t = test::alloc(idt, {static_cast<int64_t>(ids.size())});
   test::upload_bytes(t, b);
@@ -64,7 +74,8 @@ TEST_P(EmbeddingGpu, ForwardBackward) {
     embedding_backward(it.t, g.t, dw2.t, EmbeddingGradMode::deterministic, true, stream());
     sync();
     EXPECT_TRUE(test::all_close(test::download_values(dw1), rdw, wdt, scale));
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw1), dtype_size(wdt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw1), dtype_size(wdt)));
     if (wdt == DType::f32) {
       DeviceTensor dw3 = test::alloc(wdt, {vocab, dim});
       embedding_backward(it.t, g.t, dw3.t, EmbeddingGradMode::atomic, false, stream());
@@ -75,8 +86,8 @@ TEST_P(EmbeddingGpu, ForwardBackward) {
 }
 
 std::string name(const ::testing::TestParamInfo<Param>& info) {
-  return std::string(dtype_name(std::get<0>(info.param))) + "_d" + std::to_string(std::get<1>(info.param)) +
-         "_" + dtype_name(std::get<2>(info.param));
+  return std::string(dtype_name(std::get<0>(info.param))) + "_d" +
+         std::to_string(std::get<1>(info.param)) + "_" + dtype_name(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EmbeddingGpu,
@@ -98,15 +109,17 @@ TEST_P(EmbeddingSpecialGpu, HotRowAndAtomic16) {
   DeviceTensor dw = test::alloc(DType::f32, {vocab, dim});
   embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::deterministic, false, stream());
   sync();
-  EXPECT_TRUE(test::all_close(test::download_values(dw), ref::embedding_backward(ids, gv, vocab, dim),
-                              DType::f32, abs_scatter(ids, gv, vocab, dim)));
+  EXPECT_TRUE(test::all_close(test::download_values(dw),
+                              ref::embedding_backward(ids, gv, vocab, dim), DType::f32,
+                              abs_scatter(ids, gv, vocab, dim)));
   // Unique ids: a 16-bit atomic dweight is exact (one addition to zero per row).
   std::vector<int64_t> uniq(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) uniq[i] = (i * 7) % vocab;
   DeviceTensor iu = upload_ids(DType::i32, uniq), dw16 = test::alloc(dt, {vocab, dim});
   embedding_backward(iu.t, g.t, dw16.t, EmbeddingGradMode::atomic, false, stream());
   sync();
-  EXPECT_TRUE(test::all_close(test::download_values(dw16), ref::embedding_backward(uniq, gv, vocab, dim), dt));
+  EXPECT_TRUE(test::all_close(test::download_values(dw16),
+                              ref::embedding_backward(uniq, gv, vocab, dim), dt));
 }
 
 TEST_P(EmbeddingSpecialGpu, OutOfRangeIds) {
@@ -126,9 +139,11 @@ TEST_P(EmbeddingSpecialGpu, OutOfRangeIds) {
     ADD_FAILURE() << "no error for out-of-range ids";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(e.what()).find("id 50 at flat position 37"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("id 50 at flat position 37"), std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::deterministic, true, stream()), Error);
+  EXPECT_THROW(
+      embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::deterministic, true, stream()), Error);
   sync();
   for (uint8_t b : test::download_bytes(out)) ASSERT_EQ(b, 0xFF);  // nothing written
   for (uint8_t b : test::download_bytes(dw)) ASSERT_EQ(b, 0xFF);
@@ -137,12 +152,185 @@ TEST_P(EmbeddingSpecialGpu, OutOfRangeIds) {
   embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::deterministic, false, stream());
   sync();
   EXPECT_TRUE(test::all_close(test::download_values(out), ref::embedding(ids, wv, vocab, dim), dt));
-  EXPECT_TRUE(test::all_close(test::download_values(dw), ref::embedding_backward(ids, gv, vocab, dim),
-                              DType::f32, abs_scatter(ids, gv, vocab, dim)));
+  EXPECT_TRUE(test::all_close(test::download_values(dw),
+                              ref::embedding_backward(ids, gv, vocab, dim), DType::f32,
+                              abs_scatter(ids, gv, vocab, dim)));
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EmbeddingSpecialGpu, ::testing::ValuesIn(test::kFloatDTypes),
                          test::dtype_param_name);
+
+// ---- atomic mode -----------------------------------------------------------------------------
+// embedding.cu sends a row with more than kHotThreshold = 32 tokens to the hot path (zeros from
+// the owner pass, then one atomic per chunk of kHotChunk = 64 tokens); the skewed ids have
+// buckets either side of 32 and 64 (64 being the other threshold considered) and of one and
+// two full chunks.
+enum class Ids { uniform, skewed, all_equal };
+
+const char* ids_name(Ids p) {
+  return p == Ids::uniform ? "uniform" : p == Ids::skewed ? "skewed" : "all_equal";
+}
+
+//  uniform  : uniform random ids;
+//  skewed   : 60 % of the tokens on the LAST row (n = 1601: 960 tokens, 15 chunks); rows 0..7
+//             with exactly 31, 32, 33, 63, 64, 65, 128 and 129 tokens; the rest uniform over
+//             rows 8..vocab-2 (a few tokens each); two out-of-range ids (-1 and vocab);
+//  all_equal: every token on row 3 (n = 1601: 25 full chunks and one of a single token).
+// Shuffled, so a row's tokens are spread over the batch.
+std::vector<int64_t> make_ids(Ids p, int64_t n, int64_t vocab, test::Rng& r) {
+  std::vector<int64_t> ids;
+  if (p == Ids::all_equal) return std::vector<int64_t>(static_cast<size_t>(n), 3);
+  if (p == Ids::uniform) {
+    for (int64_t i = 0; i < n; ++i) ids.push_back(r.integer(0, vocab - 1));
+    return ids;
+  }
+  const int64_t sizes[] = {31, 32, 33, 63, 64, 65, 128, 129};
+  ids.assign(static_cast<size_t>(n * 6 / 10), vocab - 1);
+  for (int64_t k = 0; k < static_cast<int64_t>(std::size(sizes)); ++k)
+    ids.insert(ids.end(), static_cast<size_t>(sizes[k]), k);
+  ids.push_back(-1);
+  ids.push_back(vocab);
+  if (static_cast<int64_t>(ids.size()) > n) throw std::invalid_argument("make_ids: n too small");
+  while (static_cast<int64_t>(ids.size()) < n)
+    ids.push_back(r.integer(static_cast<int64_t>(std::size(sizes)), vocab - 2));
+  for (size_t i = ids.size() - 1; i > 0; --i)
+    std::swap(ids[i], ids[static_cast<size_t>(r.integer(0, static_cast<int64_t>(i)))]);
+  return ids;
+}
+
+using AtomicParam = std::tuple<DType, int64_t, Ids>;
+class EmbeddingAtomicGpu : public test::GpuTest,
+                           public ::testing::WithParamInterface<AtomicParam> {};
+
+TEST_P(EmbeddingAtomicGpu, MatchesReference) {
+  const auto [dt, dim, pattern] = GetParam();
+  const int64_t n = 1601, vocab = pattern == Ids::uniform ? 3000 : 300;
+  const std::vector<int64_t> ids = make_ids(pattern, n, vocab, rng());
+  const bool has_bad_ids = pattern == Ids::skewed;
+  std::vector<double> gv = rng().uniform(static_cast<size_t>(n * dim), -1.0, 1.0);
+  DeviceTensor it = upload_ids(pattern == Ids::skewed ? DType::i64 : DType::i32, ids);
+  DeviceTensor g = test::to_device(dt, {n, dim}, gv);
+  const std::vector<double> rdw = ref::embedding_backward(ids, gv, vocab, dim);
+  const std::vector<double> scale = abs_scatter(ids, gv, vocab, dim);
+  std::vector<DType> wdts = {DType::f32};
+  if (dt != DType::f32) wdts.push_back(dt);
+  for (DType wdt : wdts) {
+    SCOPED_TRACE(std::string("dweight ") + dtype_name(wdt));
+    // Dense, then row-pitched (padding must stay poisoned), on the same stream: the second
+    // call also checks that the first left the workspace's counters zeroed.
+    DeviceTensor dw = test::alloc(wdt, {vocab, dim});
+    embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::atomic, !has_bad_ids, stream());
+    sync();
+    EXPECT_TRUE(test::all_close(test::download_values(dw), rdw, wdt, scale));
+    DeviceTensor dwp = test::alloc_pitched(wdt, {vocab, dim}, dim + 8);
+    embedding_backward(it.t, g.t, dwp.t, EmbeddingGradMode::atomic, false, stream());
+    sync();
+    EXPECT_TRUE(test::all_close(test::download_values(dwp), rdw, wdt, scale));
+    EXPECT_TRUE(test::outside_untouched(dwp));
+    if (has_bad_ids) {  // checked: throws, nothing written
+      DeviceTensor dwc = test::alloc(wdt, {vocab, dim});
+      EXPECT_THROW(embedding_backward(it.t, g.t, dwc.t, EmbeddingGradMode::atomic, true, stream()),
+                   Error);
+      sync();
+      for (uint8_t b : test::download_bytes(dwc)) ASSERT_EQ(b, 0xFF);
+    }
+  }
+  // Deterministic mode after atomic mode on the same stream: unaffected.
+  DeviceTensor dwd = test::alloc(DType::f32, {vocab, dim});
+  embedding_backward(it.t, g.t, dwd.t, EmbeddingGradMode::deterministic, false, stream());
+  sync();
+  EXPECT_TRUE(test::all_close(test::download_values(dwd), rdw, DType::f32, scale));
+}
+
+std::string atomic_name(const ::testing::TestParamInfo<AtomicParam>& info) {
+  return std::string(dtype_name(std::get<0>(info.param))) + "_d" +
+         std::to_string(std::get<1>(info.param)) + "_" + ids_name(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, EmbeddingAtomicGpu,
+    ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes), ::testing::Values(1, 7, 136, 4097),
+                       ::testing::Values(Ids::uniform, Ids::skewed, Ids::all_equal)),
+    atomic_name);
+
+size_t kernel_nodes(cudaGraph_t graph) {
+  size_t num = 0;
+  TESSEL_TEST_CUDA(cudaGraphGetNodes(graph, nullptr, &num));
+  std::vector<cudaGraphNode_t> nodes(num);
+  if (num > 0) TESSEL_TEST_CUDA(cudaGraphGetNodes(graph, nodes.data(), &num));
+  size_t kernels = 0;
+  for (cudaGraphNode_t nd : nodes) {
+    cudaGraphNodeType type{};
+    TESSEL_TEST_CUDA(cudaGraphNodeGetType(nd, &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
+}
+
+// Captures one atomic-mode call on `s` (no eager call on it before when `warm` is false), checks
+// which path was captured, replays the graph twice (dweight poisoned before each: the replays
+// also need the workspace left zeroed) and compares with float64.
+void capture_atomic(cudaStream_t s, bool warm, DType dt, int64_t vocab, int64_t dim, int64_t n,
+                    test::Rng& r) {
+  const std::vector<int64_t> ids = make_ids(Ids::skewed, n, vocab, r);
+  std::vector<double> gv = r.uniform(static_cast<size_t>(n * dim), -1.0, 1.0);
+  DeviceTensor it = upload_ids(DType::i32, ids), g = test::to_device(dt, {n, dim}, gv);
+  DeviceTensor dw = test::alloc(DType::f32, {vocab, dim});
+  const std::vector<double> rdw = ref::embedding_backward(ids, gv, vocab, dim);
+  const std::vector<double> scale = abs_scatter(ids, gv, vocab, dim);
+  if (warm) {  // grows the stream's workspace
+    embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::atomic, false, s);
+    TESSEL_TEST_CUDA(cudaStreamSynchronize(s));
+    EXPECT_TRUE(test::all_close(test::download_values(dw), rdw, DType::f32, scale));
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  // Relaxed, like the other captures of public ops (argument checks query pointer
+  // attributes); the kernel-node count below shows which path was captured.
+  TESSEL_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  try {
+    embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::atomic, false, s);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw under capture: " << e.what();
+  }
+  TESSEL_TEST_CUDA(cudaStreamEndCapture(s, &graph));
+  const size_t kernels = kernel_nodes(graph);
+  if (warm)  // count, scan (init + scan), fill, owner, hot rows
+    EXPECT_GE(kernels, 5u) << "expected the full atomic path in the graph";
+  else  // memset + per-token atomics
+    EXPECT_LE(kernels, 2u) << "expected the no-workspace fallback in the graph";
+  TESSEL_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    test::poison(dw);
+    TESSEL_TEST_CUDA(cudaGraphLaunch(exec, s));
+    TESSEL_TEST_CUDA(cudaStreamSynchronize(s));
+    EXPECT_TRUE(test::all_close(test::download_values(dw), rdw, DType::f32, scale))
+        << "replay " << rep;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+class EmbeddingAtomicCaptureGpu : public test::GpuTest {};
+
+// A fresh stream has no workspace and none may be allocated under capture: the dweight memset +
+// per-token atomics are captured. The vocab is large (2^21 rows, a ~25 MB workspace) so that a
+// recycled stream handle with a workspace from an earlier test is not large enough either.
+TEST_F(EmbeddingAtomicCaptureGpu, FreshStreamFallback) {
+  cudaStream_t s = nullptr;
+  TESSEL_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  capture_atomic(s, false, DType::f32, int64_t{1} << 21, 4, 1600, rng());
+  cudaStreamDestroy(s);
+}
+
+// After an eager call has grown the workspace, the whole atomic path (hot rows included) is
+// captured.
+TEST_F(EmbeddingAtomicCaptureGpu, WarmStreamFullPath) {
+  cudaStream_t s = nullptr;
+  TESSEL_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  capture_atomic(s, true, DType::bf16, 300, 136, 1600, rng());
+  cudaStreamDestroy(s);
+}
 
 }  // namespace
 }  // namespace tessel
