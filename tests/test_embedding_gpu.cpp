@@ -7,10 +7,18 @@
 // all-equal ids, ragged and vector D, dense and row-pitched dweight of f32 and dout's dtype,
 // repeated calls on one stream (workspace left zeroed), graph capture (fallback on a fresh
 // stream, the full path on a stream whose workspace is already large enough).
+// Stream workspace: every GPU test here first gives its stream a workspace larger than any of
+// its calls needs (so no call reallocates it and each call finds exactly what the previous one
+// left) and checks after the backward calls that all of it is zero again; EmbeddingWorkspaceGpu
+// runs one sequence of calls with different V, N and modes on one stream (larger after smaller
+// and the reverse, atomic after deterministic and the reverse, a captured atomic call after an
+// eager deterministic one), every result against float64, deterministic ones bit for bit
+// against the first call of the same problem.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -18,6 +26,7 @@
 #include <vector>
 
 #include "ref/llm_ref.hpp"
+#include "runtime/workspace.hpp"
 #include "tessel/embedding.hpp"
 #include "test_util.hpp"
 
@@ -47,6 +56,45 @@ std::vector<double> abs_scatter(const std::vector<int64_t>& ids, const std::vect
   return ref::embedding_backward(ids, a, vocab, dim);
 }
 
+// ---- the stream workspace --------------------------------------------------------------------
+// embedding_backward lays the stream workspace out per call: count[V+1] | start[V+1] |
+// cursor[V] | perm[N] | (atomic mode: hot-chunk list | its counter) | cub scan scratch. Which
+// bytes must be zero on entry (count, cursor, the counter) thus depends on V, N and the mode,
+// and may be where an earlier call had its scan scratch. A workspace that grows is a fresh,
+// zeroed buffer, which hides stale bytes: with 7b18b23 (scan scratch not zeroed) the failures
+// depended on whether a test's stream reused an earlier test's handle, and so its buffer.
+// Tests give their stream kWorkspaceBytes first (more than any call below needs) and check
+// after their calls that all of it is zero again.
+constexpr size_t kWorkspaceBytes = size_t{2} << 20;
+
+void* grow_workspace(cudaStream_t s) {
+  void* p = detail::stream_workspace(s, kWorkspaceBytes);
+  // A recycled stream handle keeps an earlier test's buffer: start from zeros regardless.
+  TESSEL_TEST_CUDA(cudaMemsetAsync(p, 0, kWorkspaceBytes, s));
+  TESSEL_TEST_CUDA(cudaDeviceSynchronize());
+  return p;
+}
+
+// The workspace is still the buffer `p` (no call reallocated it) and all kWorkspaceBytes of it
+// are zero.
+::testing::AssertionResult workspace_zeroed(cudaStream_t s, const void* p) {
+  TESSEL_TEST_CUDA(cudaStreamSynchronize(s));
+  if (detail::stream_workspace(s, 1) != p)
+    return ::testing::AssertionFailure()
+           << "the stream workspace was reallocated (a call needed more than the test gave it)";
+  std::vector<uint8_t> h(kWorkspaceBytes);
+  TESSEL_TEST_CUDA(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost));
+  size_t nonzero = 0, first = 0;
+  for (size_t i = 0; i < h.size(); ++i)
+    if (h[i] != 0 && nonzero++ == 0) first = i;
+  if (nonzero == 0) return ::testing::AssertionSuccess();
+  uint32_t word = 0;
+  std::memcpy(&word, h.data() + first / 4 * 4, 4);
+  return ::testing::AssertionFailure()
+         << nonzero << " non-zero byte(s) left in the stream workspace, the first at byte " << first
+         << " (32-bit word " << word << ")";
+}
+
 using Param = std::tuple<DType, int64_t, DType>;
 class EmbeddingGpu : public test::GpuTest, public ::testing::WithParamInterface<Param> {};
 
@@ -61,6 +109,10 @@ TEST_P(EmbeddingGpu, ForwardBackward) {
   DeviceTensor it = upload_ids(idt, ids);
   DeviceTensor w = test::to_device(dt, {vocab, dim}, wv), g = test::to_device(dt, {n, dim}, gv);
   DeviceTensor out = test::alloc(dt, {n, dim});
+  // No call below grows the workspace: each finds what the previous one left. (7b18b23: the
+  // atomic call after the deterministic ones, D >= 4096 so N = 97, found their scan scratch
+  // under its hot-chunk counter unless the workspace had just been reallocated.)
+  const void* ws = grow_workspace(stream());
   embedding(it.t, w.t, out.t, true, stream());
   sync();
   EXPECT_TRUE(test::all_close(test::download_values(out), ref::embedding(ids, wv, vocab, dim),
@@ -76,11 +128,20 @@ TEST_P(EmbeddingGpu, ForwardBackward) {
     EXPECT_TRUE(test::all_close(test::download_values(dw1), rdw, wdt, scale));
     EXPECT_TRUE(
         test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw1), dtype_size(wdt)));
+    EXPECT_TRUE(workspace_zeroed(stream(), ws));
     if (wdt == DType::f32) {
       DeviceTensor dw3 = test::alloc(wdt, {vocab, dim});
       embedding_backward(it.t, g.t, dw3.t, EmbeddingGradMode::atomic, false, stream());
       sync();
       EXPECT_TRUE(test::all_close(test::download_values(dw3), rdw, wdt, scale));
+      EXPECT_TRUE(workspace_zeroed(stream(), ws));
+      // Deterministic after atomic on the same stream: bit for bit as before.
+      DeviceTensor dw4 = test::alloc(wdt, {vocab, dim});
+      embedding_backward(it.t, g.t, dw4.t, EmbeddingGradMode::deterministic, false, stream());
+      sync();
+      EXPECT_TRUE(
+          test::bit_exact(test::download_bytes(dw4), test::download_bytes(dw1), dtype_size(wdt)));
+      EXPECT_TRUE(workspace_zeroed(stream(), ws));
     }
   }
 }
@@ -214,6 +275,10 @@ TEST_P(EmbeddingAtomicGpu, MatchesReference) {
   const std::vector<double> scale = abs_scatter(ids, gv, vocab, dim);
   std::vector<DType> wdts = {DType::f32};
   if (dt != DType::f32) wdts.push_back(dt);
+  // No call below grows the workspace (uniform ids, V = 3000, failed in 7b18b23 when the stream
+  // kept the buffer of a V = 300 test: count[2688] and count[2944] started at 99, the status
+  // words of its scan scratch).
+  const void* ws = grow_workspace(stream());
   for (DType wdt : wdts) {
     SCOPED_TRACE(std::string("dweight ") + dtype_name(wdt));
     // Dense, then row-pitched (padding must stay poisoned), on the same stream: the second
@@ -222,17 +287,20 @@ TEST_P(EmbeddingAtomicGpu, MatchesReference) {
     embedding_backward(it.t, g.t, dw.t, EmbeddingGradMode::atomic, !has_bad_ids, stream());
     sync();
     EXPECT_TRUE(test::all_close(test::download_values(dw), rdw, wdt, scale));
+    EXPECT_TRUE(workspace_zeroed(stream(), ws));
     DeviceTensor dwp = test::alloc_pitched(wdt, {vocab, dim}, dim + 8);
     embedding_backward(it.t, g.t, dwp.t, EmbeddingGradMode::atomic, false, stream());
     sync();
     EXPECT_TRUE(test::all_close(test::download_values(dwp), rdw, wdt, scale));
     EXPECT_TRUE(test::outside_untouched(dwp));
+    EXPECT_TRUE(workspace_zeroed(stream(), ws));
     if (has_bad_ids) {  // checked: throws, nothing written
       DeviceTensor dwc = test::alloc(wdt, {vocab, dim});
       EXPECT_THROW(embedding_backward(it.t, g.t, dwc.t, EmbeddingGradMode::atomic, true, stream()),
                    Error);
       sync();
       for (uint8_t b : test::download_bytes(dwc)) ASSERT_EQ(b, 0xFF);
+      EXPECT_TRUE(workspace_zeroed(stream(), ws));
     }
   }
   // Deterministic mode after atomic mode on the same stream: unaffected.
@@ -240,6 +308,13 @@ TEST_P(EmbeddingAtomicGpu, MatchesReference) {
   embedding_backward(it.t, g.t, dwd.t, EmbeddingGradMode::deterministic, false, stream());
   sync();
   EXPECT_TRUE(test::all_close(test::download_values(dwd), rdw, DType::f32, scale));
+  EXPECT_TRUE(workspace_zeroed(stream(), ws));
+  // Atomic mode after deterministic mode (its scan scratch ends inside this call's chunk list).
+  DeviceTensor dwa = test::alloc(DType::f32, {vocab, dim});
+  embedding_backward(it.t, g.t, dwa.t, EmbeddingGradMode::atomic, false, stream());
+  sync();
+  EXPECT_TRUE(test::all_close(test::download_values(dwa), rdw, DType::f32, scale));
+  EXPECT_TRUE(workspace_zeroed(stream(), ws));
 }
 
 std::string atomic_name(const ::testing::TestParamInfo<AtomicParam>& info) {
@@ -331,6 +406,140 @@ TEST_F(EmbeddingAtomicCaptureGpu, WarmStreamFullPath) {
   capture_atomic(s, true, DType::bf16, 300, 136, 1600, rng());
   cudaStreamDestroy(s);
 }
+
+// ---- one stream, many problems ---------------------------------------------------------------
+// One (V, N, ids) problem: its ids and dout on the device and its float64 gradient.
+struct Problem {
+  const char* name;
+  int64_t vocab = 0, n = 0;
+  std::vector<int64_t> ids;
+  std::vector<double> gv, rdw, scale;
+  DeviceTensor it, g;
+};
+
+Problem make_problem(const char* name, Ids p, int64_t vocab, int64_t n, DType idt, DType dt,
+                     int64_t dim, test::Rng& r) {
+  Problem pb;
+  pb.name = name;
+  pb.vocab = vocab;
+  pb.n = n;
+  pb.ids = make_ids(p, n, vocab, r);
+  pb.gv = r.uniform(static_cast<size_t>(n * dim), -1.0, 1.0);
+  pb.rdw = ref::embedding_backward(pb.ids, pb.gv, vocab, dim);
+  pb.scale = abs_scatter(pb.ids, pb.gv, vocab, dim);
+  pb.it = upload_ids(idt, pb.ids);
+  pb.g = test::to_device(dt, {n, dim}, pb.gv);
+  return pb;
+}
+
+class EmbeddingWorkspaceGpu : public test::GpuTest, public ::testing::WithParamInterface<DType> {};
+
+// Calls with different V, N and modes on one stream whose workspace never grows, so each call
+// finds exactly what the one before left there. 7b18b23 zeroed everything but cub's scan
+// scratch, whose tile status words (99 = SCAN_TILE_INVALID for a one-tile scan, 256 bytes in;
+// 101 / 100 and partial sums with several tiles) the next call could take for its counts, its
+// bucket cursors or its hot-chunk counter. Every result is compared with float64, every
+// deterministic one bit for bit with the first call of its problem (made on a zeroed workspace),
+// and the workspace must be all zero after every call.
+TEST_P(EmbeddingWorkspaceGpu, CallSequence) {
+  const DType dt = GetParam();
+  const int64_t dim = 36;  // f32 dweight: 4-column vectors; 16-bit dweight: the scalar path
+  std::vector<Problem> pbs;
+  // A: EmbeddingGpu's D >= 4096 problem (N = 97: a 256-byte chunk list, its counter where a
+  //    deterministic call's lone scan tile status sits). B: hot rows (buckets of 31..129 tokens
+  //    and 960 on the last row), out-of-range ids. C: EmbeddingAtomicGpu's uniform problem
+  //    (V = 3000 after V = 300: count[2688] where a V = 300, N = 1601 deterministic call's tile
+  //    status sits). D: V = 40000, several scan tiles, hot rows.
+  pbs.push_back(make_problem("A", Ids::uniform, 300, 97, DType::i32, dt, dim, rng()));
+  pbs.push_back(make_problem("B", Ids::skewed, 300, 1601, DType::i64, dt, dim, rng()));
+  pbs.push_back(make_problem("C", Ids::uniform, 3000, 1601, DType::i32, dt, dim, rng()));
+  pbs.push_back(make_problem("D", Ids::skewed, 40000, 3001, DType::i32, dt, dim, rng()));
+  const auto det = EmbeddingGradMode::deterministic, atomic = EmbeddingGradMode::atomic;
+  struct Step {
+    int problem;
+    EmbeddingGradMode mode;
+    bool check_ids;  // uniform problems only (the skewed ones have out-of-range ids)
+    bool w16;        // dweight of dout's dtype (f32 otherwise)
+  };
+  const Step steps[] = {
+      {0, det, false, false},     // A, zeroed workspace: A's deterministic baseline
+      {0, atomic, false, false},  // atomic after deterministic, same V and N
+      {1, det, false, true},      // larger N
+      {2, atomic, false, false},  // larger V
+      {2, det, false, false},     // deterministic after atomic, same V and N
+      {1, atomic, false, true},   // smaller V, hot rows
+      {3, det, false, false},     // larger V and N, several scan tiles
+      {0, atomic, false, false},  // much smaller after larger
+      {3, atomic, false, false},  // larger after smaller, hot rows
+      {0, det, true, false},      // deterministic after atomic, smaller; checked ids
+      {2, det, false, false},     // larger after smaller
+      {2, atomic, true, false},   // checked ids
+      {1, det, false, true},      // smaller
+      {3, det, false, false},     // larger
+      {1, atomic, false, false},  // smaller after larger, hot rows
+  };
+  const void* ws = grow_workspace(stream());
+  std::vector<std::vector<uint8_t>> baseline[2];  // [w16][problem]: first deterministic result
+  baseline[0].resize(pbs.size());
+  baseline[1].resize(pbs.size());
+  int step_no = 0;
+  for (const Step& st : steps) {
+    const Problem& pb = pbs[static_cast<size_t>(st.problem)];
+    const DType wdt = st.w16 ? dt : DType::f32;
+    SCOPED_TRACE(std::string("step ") + std::to_string(step_no++) + ": problem " + pb.name +
+                 (st.mode == det ? " deterministic" : " atomic") + ", dweight " + dtype_name(wdt));
+    DeviceTensor dw = test::alloc(wdt, {pb.vocab, dim});
+    embedding_backward(pb.it.t, pb.g.t, dw.t, st.mode, st.check_ids, stream());
+    sync();
+    EXPECT_TRUE(test::all_close(test::download_values(dw), pb.rdw, wdt, pb.scale));
+    EXPECT_TRUE(workspace_zeroed(stream(), ws));
+    if (st.mode == det) {
+      std::vector<uint8_t>& base = baseline[st.w16][static_cast<size_t>(st.problem)];
+      if (base.empty())
+        base = test::download_bytes(dw);
+      else
+        EXPECT_TRUE(test::bit_exact(test::download_bytes(dw), base, dtype_size(wdt)));
+    }
+  }
+  // Captured atomic call of A after an eager deterministic one (the workspace is large
+  // enough: the full path is captured); each replay, dweight poisoned before, must leave the
+  // workspace zeroed for the next.
+  const Problem& a = pbs[0];
+  DeviceTensor dw = test::alloc(DType::f32, {a.vocab, dim});
+  embedding_backward(a.it.t, a.g.t, dw.t, det, false, stream());
+  sync();
+  EXPECT_TRUE(workspace_zeroed(stream(), ws));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSEL_TEST_CUDA(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+  try {
+    embedding_backward(a.it.t, a.g.t, dw.t, atomic, false, stream());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw under capture: " << e.what();
+  }
+  TESSEL_TEST_CUDA(cudaStreamEndCapture(stream(), &graph));
+  EXPECT_GE(kernel_nodes(graph), 5u) << "expected the full atomic path in the graph";
+  TESSEL_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    test::poison(dw);
+    TESSEL_TEST_CUDA(cudaGraphLaunch(exec, stream()));
+    sync();
+    EXPECT_TRUE(test::all_close(test::download_values(dw), a.rdw, DType::f32, a.scale))
+        << "replay " << rep;
+    EXPECT_TRUE(workspace_zeroed(stream(), ws)) << "replay " << rep;
+    // A deterministic call between the replays: the next replay runs after it.
+    DeviceTensor dwd = test::alloc(DType::f32, {a.vocab, dim});
+    embedding_backward(a.it.t, a.g.t, dwd.t, det, false, stream());
+    sync();
+    EXPECT_TRUE(test::bit_exact(test::download_bytes(dwd), baseline[0][0], 4));
+    EXPECT_TRUE(workspace_zeroed(stream(), ws));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EmbeddingWorkspaceGpu, ::testing::ValuesIn(test::kFloatDTypes),
+                         test::dtype_param_name);
 
 }  // namespace
 }  // namespace tessel

@@ -24,14 +24,26 @@ enum class EmbeddingGradMode : int32_t {
   // per row of dweight sums its tokens in ascending token order in fp32 and writes the row
   // once (rows with no token are written as zeros). Bitwise reproducible run to run.
   deterministic = 0,
-  // dweight is zeroed, then every token's row is added with vector atomics (order varies).
-  // With a 16-bit dweight every addition is rounded to 16 bits: prefer an f32 dweight.
+  // The same count / scan / fill passes, then every dweight row is stored once: a row with
+  // at most 32 tokens is summed in fp32 (in bucket order, which varies run to run) and rounded
+  // to dweight's dtype once; a hotter row is stored as zeros, then its tokens are summed in
+  // fp32 in chunks of 64 and each chunk is added with vector atomics (chunk order varies).
+  // Not bitwise reproducible. With a 16-bit dweight a hot row is rounded to 16 bits once per
+  // 64-token chunk (ceil(T / 64) roundings), other rows once. Under CUDA graph capture with
+  // too small a stream workspace (e.g. a stream without an earlier eager call): dweight is
+  // zeroed and every token's row added with vector atomics instead (each addition rounded to
+  // 16 bits for a 16-bit dweight: prefer an f32 dweight), nothing allocated.
   atomic = 1,
 };
 
 // dweight (V, D) = Σ_n onehot(ids[n]) ⊗ dout[n, :] (overwritten, not accumulated into).
-// dweight dtype: f32 or dout's dtype; accumulation in fp32 (deterministic mode).
-// The deterministic mode uses the stream's workspace (≈ 12·V + 4·N bytes + scan scratch).
+// dweight dtype: f32 or dout's dtype; accumulation in fp32 (but for atomic mode's 16-bit
+// roundings above).
+// Both modes use the stream's workspace, left zeroed: ≈ 12·V + 4·N bytes + scan scratch, plus
+// 8·(N/64 + N/33 + 1) + 256 bytes in atomic mode. Growing it allocates and synchronizes the
+// stream, which graph capture forbids: before capturing a call, make an eager call of the same
+// mode with at least as large V and N on that stream (otherwise the deterministic mode's
+// growth can break the capture, and atomic mode takes the fallback above).
 void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
                         EmbeddingGradMode mode, bool check_ids, cudaStream_t stream);
 

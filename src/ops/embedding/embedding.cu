@@ -15,6 +15,8 @@
 //             rows: + read-modify-write), where a memset followed by per-token atomics wrote
 //             the whole dweight and then read the touched rows back. Under graph capture with
 //             too small a stream workspace: memset + per-token atomics (no allocation).
+//   backward workspace (both modes): the stream workspace, laid out per call (offsets depend
+//             on V, N and the mode) and left all zero, cub's scan scratch included.
 //   check_ids: a range-check kernel records the first bad position in the stream workspace;
 //             the host copies it back after a stream sync and throws before anything is written.
 #include <algorithm>
@@ -481,9 +483,11 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
         const bool atomic = mode == EmbeddingGradMode::atomic;
         const int64_t col_blocks = tile::ceil_div(tile::ceil_div(dim, vec), kBlock);
         // Workspace: count[V+1] | start[V+1] | cursor[V] | perm[n] | (atomic mode: hot chunks
-        // | their count) | scan scratch. Hot chunks: a hot row of c > kHotThreshold tokens has
-        // ceil(c / kHotChunk) <= c / kHotChunk + 1 of them, and there are at most
-        // n / (kHotThreshold + 1) hot rows.
+        // | their count) | scan scratch, all zeroed again at the end (count, cursor and the
+        // chunk counter must start at zero; offsets vary with V, N and the mode, so any byte
+        // may be one of them in the next call).
+        // Hot chunks: a hot row of c > kHotThreshold tokens has ceil(c / kHotChunk) <=
+        // c / kHotChunk + 1 of them, and there are at most n / (kHotThreshold + 1) hot rows.
         const int64_t max_chunks = n / kHotChunk + n / (kHotThreshold + 1) + 1;
         size_t scan_bytes = 0;
         TESSEL_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
@@ -560,8 +564,15 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
                 gp, wp, start, perm, hot_chunks, hot_count, dim, gr.pitch, wr.pitch);
         }
         detail::check_launch("embedding_backward");
-        // Leave the workspace zeroed (its contract); scan scratch needs no reset.
-        TESSEL_CUDA_CHECK(cudaMemsetAsync(ws, 0, used, stream));
+        // Leave the workspace zeroed (its contract), cub's scan scratch included: the layout
+        // depends on V, N and the mode, so the next call (or another op) on this stream may
+        // place a region that must start at zero (count, cursor, the hot-chunk counter) where
+        // this call's scan scratch was. cub's tile states are not zero after a scan (32 padding
+        // words, then one status word per tile; a lone tile's stays SCAN_TILE_INVALID = 99):
+        // zeroing only `used` let an atomic call after a deterministic one with the same V and
+        // N < 704 (a 256-byte chunk list) start its chunk counter at 99, and a call with a
+        // larger V count 99 phantom tokens (perm slots never filled: token 0) for one row.
+        TESSEL_CUDA_CHECK(cudaMemsetAsync(ws, 0, total, stream));
       };
       if (dweight.dtype == DType::f32)
         with_w(float{});
