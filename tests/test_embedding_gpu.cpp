@@ -425,10 +425,10 @@ Problem make_problem(const char* name, Ids p, int64_t vocab, int64_t n, DType id
   pb.n = n;
   pb.ids = make_ids(p, n, vocab, r);
   pb.gv = r.uniform(static_cast<size_t>(n * dim), -1.0, 1.0);
+  pb.g = test::to_device(dt, {n, dim}, pb.gv);  // rounds gv to dt: the reference sees dout's values
+  pb.it = upload_ids(idt, pb.ids);
   pb.rdw = ref::embedding_backward(pb.ids, pb.gv, vocab, dim);
   pb.scale = abs_scatter(pb.ids, pb.gv, vocab, dim);
-  pb.it = upload_ids(idt, pb.ids);
-  pb.g = test::to_device(dt, {n, dim}, pb.gv);
   return pb;
 }
 

@@ -240,9 +240,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   constexpr int KSPLIT = C::KSPLIT;
   uint64_t* s_full = reinterpret_cast<uint64_t*>(s_spart + (KSPLIT - 1) * UNITS * 8 * 32);
   bool* s_last = reinterpret_cast<bool*>(s_full + STAGES);
-  // TMA boxes need the stages 1024-byte aligned (always so without static shared memory; the
-  // cp.async path stays correct otherwise).
-  const bool use_tma = a.tma != 0 && (smem_u32(smem) & 1023u) == 0;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rb = blockIdx.x % a.row_blocks, split = blockIdx.x / a.row_blocks;
@@ -255,6 +252,10 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   const int begin = split * chunk;
   const int end = min(begin + chunk, len_ok);
   const int ntiles = end > begin ? (end - begin + TILE - 1) / TILE : 0;
+  // TMA for ranges of >= 4 tiles (the stream of a long cache); a range of 1-3 tiles (engine
+  // decode: one tile per split) is latency-bound and keeps cp.async. The boxes need the stages
+  // 1024-byte aligned (so without static shared memory; cp.async stays correct otherwise).
+  const bool use_tma = a.tma != 0 && ntiles >= 4 && (smem_u32(smem) & 1023u) == 0;
   // Tile order: the i-th tile processed is tile (i + rot) mod ntiles of the range. The same for
   // every KV head / row block of (b, split) and for paged and contiguous caches (bit-identical
   // results); a hashed start spreads the concurrent CTAs over the cache instead of walking all
