@@ -233,9 +233,6 @@ __global__ void __launch_bounds__(kBlock)
   for (int64_t v = blockIdx.x; v < vocab; v += gridDim.x) {
     const int b = start[v], cnt = start[v + 1] - b;
     const bool small = ATOMIC || cnt <= kSortCap;
-    // Deterministic rows of 0 or 1 tokens (most rows at uniform ids) need no sort: no shared
-    // list, no barrier (block-uniform).
-    const bool single = !ATOMIC && cnt <= 1;
     int ntok = cnt;  // tokens this block sums (a hot row's: none, it is stored as zeros)
     if constexpr (ATOMIC) {
       if (cnt > kHotThreshold) {  // block-uniform
@@ -248,7 +245,7 @@ __global__ void __launch_bounds__(kBlock)
         __syncthreads();  // hot_base has been read by all before the next hot row rewrites it
         ntok = 0;
       }
-    } else if (small && !single) {
+    } else if (small) {
       for (int i = threadIdx.x; i < cnt; i += kBlock) unsorted[i] = perm[b + i];
       __syncthreads();
       for (int i = threadIdx.x; i < cnt; i += kBlock) {  // rank sort (token indices distinct)
@@ -263,7 +260,7 @@ __global__ void __launch_bounds__(kBlock)
       if constexpr (ATOMIC)
         return perm[b + i];
       else
-        return single ? perm[b] : sorted[i];
+        return sorted[i];
     };
     for (int64_t c0 = 0; c0 < dim; c0 += int64_t{kBlock} * VEC) {
       const int64_t c = c0 + static_cast<int64_t>(threadIdx.x) * VEC;
@@ -322,7 +319,7 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
     }
-    if (!ATOMIC && !single) __syncthreads();  // shared lists are rebuilt for the next row
+    if constexpr (!ATOMIC) __syncthreads();  // shared lists are rebuilt for the next row
   }
 }
 
