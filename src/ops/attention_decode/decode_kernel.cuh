@@ -218,10 +218,6 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
-  if (a.tma && threadIdx.x == 0) {  // descriptors do not depend on the kernel before
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&a.tmap_k) : "memory");
-    if (!C::KV_SHARED) asm volatile("prefetch.tensormap [%0];" ::"l"(&a.tmap_v) : "memory");
-  }
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
   ::tessel::tile::allow_next_grid();
   using T = typename C::T;
