@@ -230,8 +230,23 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ int sorted[ATOMIC ? 1 : kSortCap];
   __shared__ int warp_count[kBlock / 32];
   __shared__ int hot_base;
+  // A block's rows are a chain of dependent loads (start -> perm -> dout -> store): the next
+  // row's bucket bounds are loaded when a row begins and, in deterministic mode, its first
+  // kBlock token indices once its bounds are in (one per thread, `pn`), so a row starts at
+  // its dout loads.
+  int nb = 0, ne = 0, pn = 0;
+  int64_t pn_row = -1;  // the row whose token index `pn` holds (this thread's, i = threadIdx.x)
+  if (blockIdx.x < vocab) {
+    nb = start[blockIdx.x];
+    ne = start[blockIdx.x + 1];
+  }
   for (int64_t v = blockIdx.x; v < vocab; v += gridDim.x) {
-    const int b = start[v], cnt = start[v + 1] - b;
+    const int b = nb, cnt = ne - nb;
+    const int64_t next = v + gridDim.x;
+    if (next < vocab) {
+      nb = start[next];
+      ne = start[next + 1];
+    }
     const bool small = ATOMIC || cnt <= kSortCap;
     int ntok = cnt;  // tokens this block sums (a hot row's: none, it is stored as zeros)
     if constexpr (ATOMIC) {
@@ -246,7 +261,8 @@ __global__ void __launch_bounds__(kBlock)
         ntok = 0;
       }
     } else if (small) {
-      for (int i = threadIdx.x; i < cnt; i += kBlock) unsorted[i] = perm[b + i];
+      for (int i = threadIdx.x; i < cnt; i += kBlock)
+        unsorted[i] = i == threadIdx.x && pn_row == v ? pn : perm[b + i];
       __syncthreads();
       for (int i = threadIdx.x; i < cnt; i += kBlock) {  // rank sort (token indices distinct)
         const int key = unsorted[i];
@@ -255,6 +271,12 @@ __global__ void __launch_bounds__(kBlock)
         sorted[rank] = key;
       }
       __syncthreads();
+    }
+    if constexpr (!ATOMIC) {
+      if (next < vocab && threadIdx.x < ne - nb && ne - nb <= kSortCap) {
+        pn = perm[nb + threadIdx.x];
+        pn_row = next;
+      }
     }
     auto token = [&](int i) -> int64_t {  // i-th token of the row, in summation order
       if constexpr (ATOMIC)
