@@ -11,8 +11,9 @@
 namespace tessel::detail {
 
 // At least `bytes` of zeroed device memory owned by (current device, stream). Growing it
-// allocates (and synchronizes the stream), which graph capture forbids: with
-// may_allocate = false it returns nullptr instead when the buffer is too small.
+// allocates a new buffer (zeroed in the stream's order; the old one stays allocated for graphs
+// that captured it), which graph capture forbids: with may_allocate = false it returns
+// nullptr instead when the buffer is too small.
 void* stream_workspace(cudaStream_t stream, size_t bytes, bool may_allocate = true);
 
 // Whether `stream` is being captured into a CUDA graph (true when the query fails).
