@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/bulk_copy.cuh"
 #include "ops/rows.cuh"
 
 namespace tessel::decode {
@@ -75,26 +76,10 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+using ::tessel::detail::mbar_arrive_expect_tx;  // mbarriers: ops/bulk_copy.cuh
+using ::tessel::detail::mbar_init;
+using ::tessel::detail::mbar_init_fence;
+using ::tessel::detail::mbar_wait;
 // Box (c0 .. c0+63, c1, c2 .. c2+box_tokens-1, c3) of a 4-d tensor map into shared memory.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1,
                                             int c2, int c3, uint64_t* bar) {
@@ -290,7 +275,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   }
   if (use_tma && tid == 0) {
     for (int st = 0; st < STAGES; ++st) mbar_init(s_full + st, 32);  // warp 0's lanes arrive
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
 
   auto load_tile = [&](int stage, int t0) {
