@@ -215,6 +215,13 @@ __global__ void fill_kernel(const I* ids, int64_t n, int64_t vocab, const int* s
 
 // One block per dweight row (grid-stride). Each thread owns one vector of VEC columns per
 // column chunk.
+// acc += one dout row's fragment, in fp32 (the sums of owner_kernel and hot_rows_kernel).
+template <class T, int VEC>
+__device__ __forceinline__ void add_frag(float (&acc)[VEC], const Frag<T, VEC>& f) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] += to_f32(f.v[j]);
+}
+
 // ATOMIC = false (deterministic mode): the bucket is summed in ascending token order (rank
 // sort in shared memory, or an in-order scan of the ids past kSortCap).
 // ATOMIC = true (atomic mode): a bucket of at most kHotThreshold tokens is summed in bucket
@@ -287,13 +294,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int64_t c0 = 0; c0 < dim; c0 += int64_t{kBlock} * VEC) {
       const int64_t c = c0 + static_cast<int64_t>(threadIdx.x) * VEC;
       const bool col_ok = c < dim;
-      float acc[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
-      auto add_row = [&](const Frag<T, VEC>& f) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] += to_f32(f.v[j]);
-      };
+      float acc[VEC] = {};
       if (small) {
         int i = 0;
         for (; i + 4 <= ntok; i += 4) {
@@ -303,10 +304,10 @@ __global__ void __launch_bounds__(kBlock)
             if (col_ok) f[u] = load_frag<VEC>(g + token(i + u) * g_pitch + c);
 #pragma unroll
           for (int u = 0; u < 4; ++u)
-            if (col_ok) add_row(f[u]);
+            if (col_ok) add_frag(acc, f[u]);
         }
         for (; i < ntok; ++i)
-          if (col_ok) add_row(load_frag<VEC>(g + token(i) * g_pitch + c));
+          if (col_ok) add_frag(acc, load_frag<VEC>(g + token(i) * g_pitch + c));
       } else {
         // Large bucket: scan the ids in token order, compacting matches through shared memory.
         for (int64_t t0 = 0; t0 < n; t0 += kBlock) {
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__(kBlock)
           __syncthreads();
           for (int i = 0; i < total; ++i)
             if (col_ok)
-              add_row(load_frag<VEC>(g + static_cast<int64_t>(unsorted[i]) * g_pitch + c));
+              add_frag(acc, load_frag<VEC>(g + static_cast<int64_t>(unsorted[i]) * g_pitch + c));
           __syncthreads();
         }
       }
@@ -360,13 +361,7 @@ __global__ void __launch_bounds__(kBlock)
   for (int k = blockIdx.y; k < total; k += gridDim.y) {
     const int2 e = chunks[k];  // {dweight row, first perm position}
     const int end = min(e.y + kHotChunk, start[e.x + 1]);
-    float acc[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
-    auto add_row = [&](const Frag<T, VEC>& f) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] += to_f32(f.v[j]);
-    };
+    float acc[VEC] = {};
     auto row = [&](int p) { return g + static_cast<int64_t>(perm[p]) * g_pitch + c; };
     int p = e.y;
     for (; p + kHotUnroll <= end; p += kHotUnroll) {
@@ -374,9 +369,9 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
       for (int u = 0; u < kHotUnroll; ++u) f[u] = load_frag<VEC>(row(p + u));
 #pragma unroll
-      for (int u = 0; u < kHotUnroll; ++u) add_row(f[u]);
+      for (int u = 0; u < kHotUnroll; ++u) add_frag(acc, f[u]);
     }
-    for (; p < end; ++p) add_row(load_frag<VEC>(row(p)));
+    for (; p < end; ++p) add_frag(acc, load_frag<VEC>(row(p)));
     atomic_add_frag<W, VEC>(dw + static_cast<int64_t>(e.x) * w_pitch + c, acc);
   }
 }
