@@ -2,7 +2,8 @@
 // reference over M ∈ {1,2,3,7,16,17,32} × N ∈ {8,136,4104} × K ∈ {8,520,4096} for B (N,K),
 // the same grid (thinned) for B (K,N); bf16/f16 in, f32/bf16/f16 out; alpha/beta with C
 // (separate and in place); pitched operands; every autotuner config; determinism; CUDA
-// graph capture; the same problems through tessel::gemm; the SwiGLU-fused down GEMM.
+// graph capture; the same problems through tessel::gemm; the SwiGLU-fused down GEMM; the
+// RMSNorm-fused projection (gemm_small_m_rms).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -365,6 +366,164 @@ TEST_F(GemmSmallMGpu, SwigluFusedEqualsUnfused) {
   sync();
   for (const DeviceTensor* t : {&d, &d33})
     for (uint8_t byte : download_buffer(*t)) ASSERT_EQ(byte, 0xFF) << "output written";
+}
+
+// gemm_small_m_rms (the projection after an RMSNorm, 1/rms of each row of A applied in the
+// epilogue) against float64 on the uploaded values: plain (D poisoned) and with a residual
+// added in place (opt.c = d, beta 1), for the autotuner's choice and a spread of configs
+// (every ring config); bit-identical on a repeat; refusals leave D untouched.
+TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
+  struct S {
+    int64_t m, n, k;
+    DType dt;
+    int64_t a_pad, b_pad, d_pad;  // extra elements per row of a, b, d (multiples of 8)
+  };
+  constexpr float kEps = 1e-5f;
+  constexpr float kAlpha = 0.75f;
+  // A's rows have different ranges ([-s, s], s cycling through this list): r differs by up
+  // to 600x between rows, so a row scaled by another row's r fails; s = 0.005 makes
+  // mean(A²) ≈ 8e-6, the size of eps, so a dropped or misapplied eps fails too.
+  const double row_scale[] = {3.0, 0.005, 1.0, 0.25, 2.0, 0.05, 0.6};
+  std::vector<int> configs = {-1};
+  for (int cfg = 0; cfg < detail::gemm_small_m_num_configs(); ++cfg)
+    if (cfg % 5 == 0 || detail::gemm_small_m_is_ring_config(cfg)) configs.push_back(cfg);
+  // Ragged N and K (N = 200, K = 1000: not multiples of 16 or of a ring stage), 1-32 rows
+  // (one, two and four token tiles), pitched A always, pitched B and D in some cases.
+  const S shapes[] = {
+      {1, 4104, 4096, DType::bf16, 8, 0, 0},  {2, 200, 1000, DType::f16, 24, 8, 8},
+      {5, 6152, 520, DType::bf16, 8, 0, 8},   {16, 2056, 4096, DType::bf16, 16, 0, 0},
+      {32, 264, 2048, DType::f16, 8, 8, 24},  {1, 8, 8, DType::bf16, 8, 8, 8},
+      {7, 28680, 1024, DType::bf16, 8, 0, 0},
+  };
+  int case_index = 0;
+  for (const S& c : shapes) {
+    SCOPED_TRACE("M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
+                 " K=" + std::to_string(c.k) + " " + dtype_name(c.dt) +
+                 " pads a/b/d=" + std::to_string(c.a_pad) + "/" + std::to_string(c.b_pad) + "/" +
+                 std::to_string(c.d_pad));
+    std::vector<double> a;
+    for (int64_t i = 0; i < c.m; ++i) {
+      const double s = row_scale[(i + case_index) % std::size(row_scale)];
+      const std::vector<double> row = rng().uniform(static_cast<size_t>(c.k), -s, s);
+      a.insert(a.end(), row.begin(), row.end());
+    }
+    ++case_index;
+    std::vector<double> w = rng().uniform(static_cast<size_t>(c.n * c.k), -1, 1);
+    // C of the size of alpha · r · A·Bᵀ (rms ≈ 0.43 sqrt(K)), so a lost residual fails.
+    const double c_amp = 0.5 * std::sqrt(static_cast<double>(c.k));
+    std::vector<double> cv = rng().uniform(static_cast<size_t>(c.m * c.n), -c_amp, c_amp);
+    DeviceTensor da = alloc_pitched(c.dt, {c.m, c.k}, c.k + c.a_pad);
+    DeviceTensor db = alloc_pitched(c.dt, {c.n, c.k}, c.k + c.b_pad);
+    DeviceTensor dd = alloc_pitched(c.dt, {c.m, c.n}, c.n + c.d_pad);
+    upload_values(da, a);
+    upload_values(db, w);
+    upload_values(dd, cv);
+    // float64 reference from what the GPU holds.
+    a = download_values(da);
+    w = download_values(db);
+    cv = download_values(dd);
+    std::vector<double> ref_plain(static_cast<size_t>(c.m * c.n));
+    std::vector<double> ref_res(ref_plain.size());
+    for (int64_t i = 0; i < c.m; ++i) {
+      const double* ar = &a[i * c.k];
+      double ss = 0;
+      for (int64_t q = 0; q < c.k; ++q) ss += ar[q] * ar[q];
+      const double r = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + double{kEps});
+      for (int64_t j = 0; j < c.n; ++j) {
+        const double* wr = &w[j * c.k];
+        double s = 0;
+        for (int64_t q = 0; q < c.k; ++q) s += ar[q] * wr[q];
+        ref_plain[i * c.n + j] = r * s;
+        ref_res[i * c.n + j] = double{kAlpha} * r * s + cv[i * c.n + j];
+      }
+    }
+    for (int cfg : configs) {
+      SCOPED_TRACE(cfg < 0 ? std::string("config -1 (autotuner)")
+                           : detail::gemm_small_m_config_name(cfg));
+      // (a) plain: alpha 1, beta 0, D poisoned; then again on a re-poisoned D, bit for bit.
+      {
+        SCOPED_TRACE("plain");
+        poison(dd);
+        bool handled =
+            detail::gemm_small_m_rms(da.t, kEps, db.t, dd.t, GemmOptions{}, stream(), cfg);
+        sync();
+        EXPECT_TRUE(handled) << "refused";
+        if (!handled) continue;
+        EXPECT_TRUE(all_close(download_values(dd), ref_plain, small_m_tolerance(c.dt)));
+        if (c.d_pad != 0) EXPECT_TRUE(outside_untouched(dd));
+        const std::vector<uint8_t> first = download_bytes(dd);
+        poison(dd);
+        handled = detail::gemm_small_m_rms(da.t, kEps, db.t, dd.t, GemmOptions{}, stream(), cfg);
+        sync();
+        EXPECT_TRUE(handled) << "refused on the repeat";
+        EXPECT_TRUE(bit_exact(download_bytes(dd), first, dtype_size(c.dt))) << "repeat differs";
+      }
+      // (b) the residual in place: D = alpha · r · A·Bᵀ + C with C uploaded into D.
+      {
+        SCOPED_TRACE("residual in place");
+        poison(dd);
+        upload_values(dd, cv);  // padding (if any) stays poisoned
+        GemmOptions opt;
+        opt.alpha = kAlpha;
+        opt.beta = 1.f;
+        opt.c = &dd.t;
+        const bool handled = detail::gemm_small_m_rms(da.t, kEps, db.t, dd.t, opt, stream(), cfg);
+        sync();
+        EXPECT_TRUE(handled) << "refused";
+        if (!handled) continue;
+        EXPECT_TRUE(all_close(download_values(dd), ref_res, small_m_tolerance(c.dt)));
+        if (c.d_pad != 0) EXPECT_TRUE(outside_untouched(dd));
+      }
+    }
+  }
+  // Refused, nothing launched: D (holding random values, also the in-place C) byte for byte
+  // as before for M = 33, a bias, N or K not a multiple of 8; a poisoned D for M = 0.
+  DeviceTensor w = alloc(DType::bf16, {64, 64});
+  std::vector<double> wv = rng().uniform(64 * 64, -1, 1);
+  upload_values(w, wv);
+  auto refused_untouched = [&](const DeviceTensor& a, const DeviceTensor& b, DeviceTensor& d,
+                               GemmOptions opt, const char* what) {
+    SCOPED_TRACE(what);
+    std::vector<double> av = rng().uniform(static_cast<size_t>(numel(a.shape())), -3, 3);
+    std::vector<double> dv = rng().uniform(static_cast<size_t>(numel(d.shape())), -1, 1);
+    upload_values(a, av);
+    upload_values(d, dv);
+    opt.c = &d.t;
+    opt.beta = 1.f;
+    const std::vector<uint8_t> before = download_buffer(d);
+    EXPECT_FALSE(detail::gemm_small_m_rms(a.t, kEps, b.t, d.t, opt, stream()));
+    EXPECT_FALSE(detail::gemm_small_m_rms(a.t, kEps, b.t, d.t, opt, stream(), 0));
+    sync();
+    EXPECT_TRUE(bit_exact(download_buffer(d), before, 1)) << "output written";
+  };
+  {
+    DeviceTensor a33 = alloc(DType::bf16, {33, 64});
+    DeviceTensor d33 = alloc(DType::bf16, {33, 64});
+    refused_untouched(a33, w, d33, GemmOptions{}, "M = 33");
+    DeviceTensor a4 = alloc(DType::bf16, {4, 64});
+    DeviceTensor d4 = alloc(DType::bf16, {4, 64});
+    DeviceTensor bias = alloc(DType::bf16, {64});
+    std::vector<double> bv = rng().uniform(64, -1, 1);
+    upload_values(bias, bv);
+    GemmOptions with_bias;
+    with_bias.bias = &bias.t;
+    refused_untouched(a4, w, d4, with_bias, "bias");
+    DeviceTensor w60 = alloc(DType::bf16, {60, 64});
+    DeviceTensor d60 = alloc(DType::bf16, {4, 60});
+    std::vector<double> w60v = rng().uniform(60 * 64, -1, 1);
+    upload_values(w60, w60v);
+    refused_untouched(a4, w60, d60, GemmOptions{}, "N = 60");
+    DeviceTensor a_k60 = alloc(DType::bf16, {4, 60});
+    DeviceTensor w_k60 = alloc(DType::bf16, {64, 60});
+    std::vector<double> wk60v = rng().uniform(64 * 60, -1, 1);
+    upload_values(w_k60, wk60v);
+    refused_untouched(a_k60, w_k60, d4, GemmOptions{}, "K = 60");
+  }
+  DeviceTensor a0 = alloc(DType::bf16, {0, 64});
+  DeviceTensor d0 = alloc(DType::bf16, {0, 64});
+  EXPECT_FALSE(detail::gemm_small_m_rms(a0.t, kEps, w.t, d0.t, GemmOptions{}, stream()));
+  sync();
+  for (uint8_t byte : download_buffer(d0)) ASSERT_EQ(byte, 0xFF) << "output written (M = 0)";
 }
 
 }  // namespace

@@ -139,6 +139,36 @@ class Backend {
   }
   virtual void gelu(Buf& x) = 0;               // tanh approximation
   virtual void add(Buf& x, const Buf& y) = 0;  // x += y
+
+  // ---- the decode layer with its RMSNorms fused into the GEMMs
+  // Whether Model should fold each RMSNorm's weight into the projection after it (wqkv, w_up
+  // columns times the weight, the norm weight set to ones) at load, so that norm_matmul can run
+  // the norm inside the GEMM.
+  virtual bool fold_norm_weights() const { return false; }
+  // Whether a step of `rows` rows should use norm_matmul / matmul_add / silu_mul_matmul_add
+  // (one launch each where the backend fuses them) in place of the separate norms and adds.
+  virtual bool fuses_norm_matmul(int64_t rows) const {
+    (void)rows;
+    return false;
+  }
+  // out = rms_norm(x, w_norm) · wᵀ (+ bias) for a folded w (w_norm all ones); xn is scratch of
+  // x's shape that a fusing backend need not write.
+  virtual void norm_matmul(const Buf& x, const Buf& w_norm, float eps, const Buf& w,
+                           const Buf* bias, Buf& xn, Buf& out) {
+    rms_norm(x, w_norm, eps, xn);
+    matmul(xn, w, bias, out);
+  }
+  // x += y · wᵀ (+ bias); tmp is scratch of x's shape that a fusing backend need not write.
+  virtual void matmul_add(const Buf& y, const Buf& w, const Buf* bias, Buf& tmp, Buf& x) {
+    matmul(y, w, bias, tmp);
+    add(x, tmp);
+  }
+  // x += silu_mul_matmul(gate_up, ...) (act, tmp: scratch as above).
+  virtual void silu_mul_matmul_add(const Buf& gate_up, int64_t F, Buf& act, const Buf& w_down,
+                                   const Buf* bias, Buf& tmp, Buf& x) {
+    silu_mul_matmul(gate_up, F, act, w_down, bias, tmp);
+    add(x, tmp);
+  }
   // out[i] = x[rows[i]]
   virtual void gather_rows(const Buf& x, const int64_t* rows, int64_t n, Buf& out) = 0;
 };

@@ -665,6 +665,61 @@ class GpuBackend final : public Backend {
     }
     Backend::silu_mul_matmul(gate_up, F, act, w_down, bias, out);
   }
+  // The decode layer with its norms and residual adds inside the small-M GEMMs (Model folds
+  // the RMSNorm weights into wqkv / w_up): per layer two launches fewer than the add+RMSNorm
+  // kernels. Each op falls back to the unfused pair where the small-M kernel does not run the
+  // problem (bias, more rows, a shape it refuses). TESSEL_FUSE_NORM=0: weights not folded,
+  // separate norms (A/B).
+  bool fold_norm_weights() const override { return fuse_norm_; }
+  bool fuses_norm_matmul(int64_t rows) const override { return fuse_norm_ && rows <= 16; }
+  bool small_m_runs(int64_t rows, const Buf& w, const Buf* bias) const {
+    return !(bias && *bias) && rows <= 32 &&
+           detail::gemm_small_m_preferred(rows, w.rows, false, detail::current_sm_count());
+  }
+  void norm_matmul(const Buf& x, const Buf& w_norm, float eps, const Buf& w, const Buf* bias,
+                   Buf& xn, Buf& out) override {
+    if (small_m_runs(x.rows, w, bias)) {
+      Tensor o = mat(out);
+      if (detail::gemm_small_m_rms(mat(x), eps, mat(w), o, GemmOptions{}, stream_)) {
+        mark("rms_norm+matmul", 2.0 * static_cast<double>(w.rows * w.cols),
+             [&] { return dims(x) + " x " + dims(w); });
+        return;
+      }
+    }
+    Backend::norm_matmul(x, w_norm, eps, w, bias, xn, out);
+  }
+  // x += y · wᵀ: the residual as the GEMM's C (beta 1, C = D).
+  void matmul_add(const Buf& y, const Buf& w, const Buf* bias, Buf& tmp, Buf& x) override {
+    if (small_m_runs(y.rows, w, bias)) {
+      Tensor xt = mat(x);
+      GemmOptions opt;
+      opt.c = &xt;
+      opt.beta = 1.f;
+      if (detail::gemm_small_m(mat(y), mat(w), xt, opt, stream_)) {
+        mark("matmul+add", 2.0 * static_cast<double>(w.rows * w.cols),
+             [&] { return dims(y) + " x " + dims(w); });
+        return;
+      }
+    }
+    Backend::matmul_add(y, w, bias, tmp, x);
+  }
+  void silu_mul_matmul_add(const Buf& gate_up, int64_t F, Buf& act, const Buf& w_down,
+                           const Buf* bias, Buf& tmp, Buf& x) override {
+    if (fuse_swiglu_ && gate_up.cols == 2 * F && w_down.cols == F &&
+        small_m_runs(gate_up.rows, w_down, bias)) {
+      Tensor xt = mat(x);
+      GemmOptions opt;
+      opt.c = &xt;
+      opt.beta = 1.f;
+      if (detail::gemm_small_m_swiglu(mat(gate_up), mat(w_down), xt, opt, stream_)) {
+        mark("silu_mul+matmul+add", 2.0 * static_cast<double>(w_down.rows * w_down.cols),
+             [&] { return dims(gate_up) + " x " + dims(w_down); });
+        return;
+      }
+    }
+    silu_mul(cols_view(gate_up, 0, F), cols_view(gate_up, F, F), act);
+    matmul_add(act, w_down, bias, tmp, x);
+  }
   void gelu(Buf& x) override {
     Tensor t = mat(x);
     tessel::gelu(t, t, GeluApprox::tanh, stream_);
@@ -844,6 +899,10 @@ class GpuBackend final : public Backend {
   OpProfile profile_;             // TESSEL_PROFILE_OPS=1
   const bool plan_decode_ = [] {  // TESSEL_DECODE_PLAN=0: no max_seqlen hint (A/B)
     const char* e = std::getenv("TESSEL_DECODE_PLAN");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool fuse_norm_ = [] {  // TESSEL_FUSE_NORM=0: norms not folded into the GEMMs
+    const char* e = std::getenv("TESSEL_FUSE_NORM");
     return !(e && std::string(e) == "0");
   }();
   const bool fuse_swiglu_ = [] {  // TESSEL_FUSE_SWIGLU=0: separate activation launch

@@ -29,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -72,6 +73,8 @@ struct Params {
   unsigned* tickets;    // [gridDim.x] (splits > 1), zero between launches
   int out;              // 0 f32, 1 f16, 2 bf16
   int gated;  // A = silu(a[:, :k]) * a[:, k:2k], computed while staging (SwiGLU MLP's down GEMM)
+  int rms;    // sums scaled by 1 / sqrt(mean_k a² + rms_eps) per token (gemm_small_m_rms)
+  float rms_eps;
 };
 
 // Streaming 16-byte weight load (read once: no L1 allocation, 256-byte L2 prefetch).
@@ -170,6 +173,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
   // trigger here; M = 16 lost 5 % with it here and gains a little after the main loop.
   if constexpr (MT == 1) tile::allow_next_grid();
 
+  T* sa = reinterpret_cast<T*>(smem);
+  const T* ga = static_cast<const T*>(p.a);
+  // The fused RMSNorm's scales (gemm_small_m_rms), while the weight prologue is in flight;
+  // the staging area holds the warps' sums until then.
+  __shared__ float s_rstd[32];
+  if (p.rms)
+    row_rstd<T, kWarps>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane, reinterpret_cast<float*>(smem),
+                        s_rstd, [] { __syncthreads(); });
+
   constexpr int kQ = KN ? 4 : 1;  // MMAs per (sub-step, token tile)
   float acc[MT][kQ][4];
 #pragma unroll
@@ -179,8 +191,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[j][q][r] = 0.f;
 
-  T* sa = reinterpret_cast<T*>(smem);
-  const T* ga = static_cast<const T*>(p.a);
   // Phases: the block's k range in slices of steps_per_phase steps whose A fits in shared
   // memory; each slice of A is staged once (chunk-major, zero-filled past K and M).
   for (int ph0 = step0; ph0 < step1; ph0 += p.steps_per_phase) {
@@ -303,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
       if (n >= p.n) continue;
       float v = 0.f;
       for (int w = 0; w < p.wk; ++w) v += red[(w * tp + token) * ldr + nl];
-      epilogue(p, token, n, v);
+      epilogue(p, token, n, p.rms ? v * s_rstd[token] : v);
     }
     return;
   }
@@ -329,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
     float v = 0.f;
     for (int s = 0; s < p.splits; ++s)
       v += __ldcg(&p.partials[(int64_t{s} * p.m + token) * p.n + n]);
-    epilogue(p, token, n, v);
+    epilogue(p, token, n, p.rms ? v * s_rstd[token] : v);
   }
   if (tid == 0) p.tickets[blockIdx.x] = 0;  // leave the workspace zeroed for the next launch
 }
@@ -438,6 +448,8 @@ struct Problem {
   int64_t lda = 0, ldb = 0, ldd = 0, ldc = 0;
   int out = 0;
   bool gated = false;  // A is the gate half of a (M, 2K) [gate | up] buffer (see Params::gated)
+  bool rms = false;    // the fused RMSNorm's row scales (see Params::rms)
+  float rms_eps = 0.f;
   const Tensor* c = nullptr;
 };
 
@@ -546,6 +558,8 @@ void set_problem(P& p, const Problem& pr, const void* a, const void* b, void* dp
   p.k = pr.k;
   p.out = pr.out;
   p.gated = pr.gated ? 1 : 0;
+  p.rms = pr.rms ? 1 : 0;
+  p.rms_eps = pr.rms_eps;
 }
 
 // The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
@@ -778,6 +792,20 @@ bool gemm_small_m_with_config(const Tensor& a, const Tensor& b, Tensor& d, const
 bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions& opt,
                   cudaStream_t stream) {
   return gemm_small_m_with_config(a, b, d, opt, stream, -1);
+}
+
+bool gemm_small_m_rms(const Tensor& a, float eps, const Tensor& b, Tensor& d,
+                      const GemmOptions& opt, cudaStream_t stream, int config) {
+  Problem pr = describe(a, b, d, opt);
+  if (!pr.ok || !(eps >= 0.f) || !std::isfinite(eps)) return false;
+  // The plain problem's config: the prologue reads m·K activations from L2, little beside the
+  // weight, so the same config is assumed best (one tuning per shape).
+  if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
+  pr.rms = true;
+  pr.rms_eps = eps;
+  launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
+         pr.c ? opt.beta : 0.f, config, stream);
+  return true;
 }
 
 bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, const GemmOptions& opt,

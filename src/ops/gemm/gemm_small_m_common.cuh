@@ -58,6 +58,46 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// The fused RMSNorm's row scales (gemm_small_m_rms): s_r[i] = 1 / sqrt(mean_k a[i,k]² + eps)
+// for i < m <= 32, computed by warps 0 … kWarps-1 of the CTA (`warp`, `lane`), which all call
+// this; `sync` is a barrier of exactly those warps. Tokens are spread over the warps (several
+// warps per token when m < kWarps), each warp's lanes sum 16-byte pieces (L2 reads: the
+// previous kernel just wrote a), and each token's warp sums are added in warp order through
+// s_part (32 · kWarps floats), so the result is deterministic. k % 8 == 0, rows 16-byte aligned.
+template <class T, int kWarps, class Sync>
+__device__ __forceinline__ void row_rstd(const T* a, int64_t lda, int m, int k, float eps,
+                                         int warp, int lane, float* s_part, float* s_r,
+                                         Sync sync) {
+  const int wpt = kWarps / (m < kWarps ? m : kWarps);  // warps per token
+  const int groups = kWarps / wpt;
+  const int sub = warp % wpt;
+  const int pieces = k / 8;
+  for (int tok = warp / wpt; tok < m; tok += groups) {
+    const uint4* row = reinterpret_cast<const uint4*>(a + int64_t{tok} * lda);
+    float s = 0.f;
+#pragma unroll 4
+    for (int q = sub * 32 + lane; q < pieces; q += wpt * 32) {
+      const uint4 v = __ldcg(row + q);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float f = static_cast<float>(e[j]);
+        s = fmaf(f, f, s);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) s_part[tok * kWarps + sub] = s;
+  }
+  sync();
+  if (warp == 0 && lane < m) {
+    float s = 0.f;
+    for (int j = 0; j < wpt; ++j) s += s_part[lane * kWarps + j];
+    s_r[lane] = rsqrtf(s / static_cast<float>(k) + eps);
+  }
+  sync();
+}
+
 template <class P>
 __device__ __forceinline__ void store_out(const P& p, int64_t idx_d, float v) {
   if (p.out == 0)

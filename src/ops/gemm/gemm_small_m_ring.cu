@@ -19,7 +19,8 @@
 //   warps 9, 10 (A)       per stage: the activations' m × stage-k slice — bulk copies, or for
 //                         the SwiGLU down projection (m <= 2 or 1) silu(gate) · up computed
 //                         into the ring.
-//   warps 0-7 (MMA)       warp w: row group w % row_groups (16 rows) × the (w / row_groups)-th
+//   warps 0-7 (MMA)       (gemm_small_m_rms: first the tokens' RMS scales, from A in L2)
+//                         warp w: row group w % row_groups (16 rows) × the (w / row_groups)-th
 //                         part of each stage's k, mma.sync m16n8k16 with the operand roles of
 //                         gemm_small_m.cu (weight = A operand, tokens = B operand, one n-tile
 //                         of 8 tokens per 8 of M) and its k permutation.
@@ -59,7 +60,7 @@ constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
 constexpr int kProducerWarp = kMmaWarps;  // warp 8
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
-constexpr size_t kMaxSmem = 226 * 1024;  // the opt-in 227 KB less the static s_last
+constexpr size_t kMaxSmem = 226 * 1024;  // the opt-in 227 KB less the static s_last, s_rstd
 // n-tiles of 8 tokens for m tokens (1, 2 or 4).
 constexpr int token_tiles(int m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
 // The warps' k-range sums of a slab: per warp, 8 · token_tiles tokens × 16 rows.
@@ -210,6 +211,11 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   // ---- MMA warps -------------------------------------------------------------------------
   tile::wait_prior_grid();  // before writing D / partials / tickets and reading C
   tile::allow_next_grid();
+  // The fused RMSNorm's scales, before the first stage: the producer keeps filling the ring
+  // meanwhile. `red` is free until the first slab's sums.
+  __shared__ float s_rstd[kSmallMRingMaxM];
+  if (p.rms) row_rstd<T, kMmaWarps>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane, red, s_rstd,
+                                    [] { mma_warps_sync(); });
   const int g = lane >> 2, t = lane & 3;
   const int tid = threadIdx.x;
   const int rg = warp % kRG, kp = warp / kRG;  // this warp's row group and k part
@@ -274,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
       float v = 0.f;
       for (int q = 0; q < kKParts; ++q) v += red[((q * kRG + group) * kTokens + tok) * kRows + rl];
       if (whole)
-        epilogue(p, tok, n, v);
+        epilogue(p, tok, n, p.rms ? v * s_rstd[tok] : v);
       else
         p.partials[((int64_t{blockIdx.x} * 2 + slot) * p.m + tok) * kSlabRows + r] = v;
     }
@@ -293,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
           for (int c = c_first; c <= c_last; ++c)
             v += __ldcg(
                 &p.partials[((int64_t{c} * 2 + split.slot(c, slab)) * p.m + tok) * kSlabRows + r]);
-          epilogue(p, tok, n, v);
+          epilogue(p, tok, n, p.rms ? v * s_rstd[tok] : v);
         }
         if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
       }
@@ -392,7 +398,7 @@ size_t small_m_ring_partial_bytes(int m, int grid, int row_groups) {
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
   if (!small_m_ring_shape_supported(p.m, p.stage_k, p.row_groups) ||
-      (p.gated && p.m > max_gated_m(p.stage_k)) || p.stages < 1 ||
+      (p.gated && p.m > max_gated_m(p.stage_k)) || (p.gated && p.rms) || p.stages < 1 ||
       smem_bytes(p.stages, p.m, p.stage_k, p.row_groups) > kMaxSmem)
     return cudaErrorInvalidValue;
   return bf16 ? launch_shape<__nv_bfloat16>(p, grid, stream)

@@ -24,6 +24,8 @@ struct SmallMRingParams {
   int m, n, k;
   int out;            // 0 f32, 1 f16, 2 bf16
   int gated;          // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
+  int rms;            // sums scaled by 1 / sqrt(mean_k a² + rms_eps) per token (gemm_small_m_rms)
+  float rms_eps;
   int stage_k;        // k per stage: 512, 1024 or 2048
   int row_groups;     // 16-row groups per stage (a slab is 16 · row_groups weight rows)
   int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k, row_groups)
