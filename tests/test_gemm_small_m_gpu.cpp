@@ -409,16 +409,22 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
     }
     ++case_index;
     std::vector<double> w = rng().uniform(static_cast<size_t>(c.n * c.k), -1, 1);
+    // The norm weight: both signs, magnitudes 0-2 (A ⊙ nw is what the GEMM consumes).
+    std::vector<double> nwv = rng().uniform(static_cast<size_t>(c.k), -2, 2);
     // C of the size of alpha · r · A·Bᵀ (rms ≈ 0.43 sqrt(K)), so a lost residual fails.
     const double c_amp = 0.5 * std::sqrt(static_cast<double>(c.k));
     std::vector<double> cv = rng().uniform(static_cast<size_t>(c.m * c.n), -c_amp, c_amp);
     DeviceTensor da = alloc_pitched(c.dt, {c.m, c.k}, c.k + c.a_pad);
     DeviceTensor db = alloc_pitched(c.dt, {c.n, c.k}, c.k + c.b_pad);
     DeviceTensor dd = alloc_pitched(c.dt, {c.m, c.n}, c.n + c.d_pad);
+    DeviceTensor dnw = alloc(c.dt, {c.k});
+    upload_values(dnw, nwv);
+    nwv = download_values(dnw);
     upload_values(da, a);
     upload_values(db, w);
     upload_values(dd, cv);
-    // float64 reference from what the GPU holds.
+    // float64 reference from what the GPU holds: r from A, the sums over A ⊙ nw rounded to the
+    // dtype (the kernel's fp32 product of two 16-bit values is exact, then rounded once).
     a = download_values(da);
     w = download_values(db);
     cv = download_values(dd);
@@ -429,10 +435,13 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
       double ss = 0;
       for (int64_t q = 0; q < c.k; ++q) ss += ar[q] * ar[q];
       const double r = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + double{kEps});
+      std::vector<double> an(static_cast<size_t>(c.k));
+      for (int64_t q = 0; q < c.k; ++q) an[q] = ar[q] * nwv[q];
+      an = ref::quantize(storage(c.dt), an);
       for (int64_t j = 0; j < c.n; ++j) {
         const double* wr = &w[j * c.k];
         double s = 0;
-        for (int64_t q = 0; q < c.k; ++q) s += ar[q] * wr[q];
+        for (int64_t q = 0; q < c.k; ++q) s += an[q] * wr[q];
         ref_plain[i * c.n + j] = r * s;
         ref_res[i * c.n + j] = double{kAlpha} * r * s + cv[i * c.n + j];
       }
@@ -444,16 +453,22 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
       {
         SCOPED_TRACE("plain");
         poison(dd);
-        bool handled =
-            detail::gemm_small_m_rms(da.t, kEps, db.t, dd.t, GemmOptions{}, stream(), cfg);
+        bool handled = detail::gemm_small_m_rms(da.t, dnw.t, kEps, db.t, dd.t, GemmOptions{},
+                                                stream(), cfg);
         sync();
-        EXPECT_TRUE(handled) << "refused";
-        if (!handled) continue;
+        if (!handled) {
+          // Refused only where a ring config (forced, or the plain problem's choice) would run
+          // and its A warps cannot stage M tokens (more than 2048 / stage_k): D untouched.
+          EXPECT_TRUE((cfg < 0 || detail::gemm_small_m_is_ring_config(cfg)) && c.m > 1);
+          for (uint8_t byte : download_buffer(dd)) ASSERT_EQ(byte, 0xFF) << "refused but written";
+          continue;
+        }
         EXPECT_TRUE(all_close(download_values(dd), ref_plain, small_m_tolerance(c.dt)));
         if (c.d_pad != 0) EXPECT_TRUE(outside_untouched(dd));
         const std::vector<uint8_t> first = download_bytes(dd);
         poison(dd);
-        handled = detail::gemm_small_m_rms(da.t, kEps, db.t, dd.t, GemmOptions{}, stream(), cfg);
+        handled = detail::gemm_small_m_rms(da.t, dnw.t, kEps, db.t, dd.t, GemmOptions{}, stream(),
+                                           cfg);
         sync();
         EXPECT_TRUE(handled) << "refused on the repeat";
         EXPECT_TRUE(bit_exact(download_bytes(dd), first, dtype_size(c.dt))) << "repeat differs";
@@ -467,9 +482,10 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
         opt.alpha = kAlpha;
         opt.beta = 1.f;
         opt.c = &dd.t;
-        const bool handled = detail::gemm_small_m_rms(da.t, kEps, db.t, dd.t, opt, stream(), cfg);
+        const bool handled =
+            detail::gemm_small_m_rms(da.t, dnw.t, kEps, db.t, dd.t, opt, stream(), cfg);
         sync();
-        EXPECT_TRUE(handled) << "refused";
+        EXPECT_TRUE(handled) << "refused here, accepted plain";
         if (!handled) continue;
         EXPECT_TRUE(all_close(download_values(dd), ref_res, small_m_tolerance(c.dt)));
         if (c.d_pad != 0) EXPECT_TRUE(outside_untouched(dd));
@@ -481,8 +497,11 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
   DeviceTensor w = alloc(DType::bf16, {64, 64});
   std::vector<double> wv = rng().uniform(64 * 64, -1, 1);
   upload_values(w, wv);
+  DeviceTensor nw = alloc(DType::bf16, {64});
+  std::vector<double> nwv64 = rng().uniform(64, -2, 2);
+  upload_values(nw, nwv64);
   auto refused_untouched = [&](const DeviceTensor& a, const DeviceTensor& b, DeviceTensor& d,
-                               GemmOptions opt, const char* what) {
+                               GemmOptions opt, const char* what, const Tensor* norm = nullptr) {
     SCOPED_TRACE(what);
     std::vector<double> av = rng().uniform(static_cast<size_t>(numel(a.shape())), -3, 3);
     std::vector<double> dv = rng().uniform(static_cast<size_t>(numel(d.shape())), -1, 1);
@@ -491,8 +510,9 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
     opt.c = &d.t;
     opt.beta = 1.f;
     const std::vector<uint8_t> before = download_buffer(d);
-    EXPECT_FALSE(detail::gemm_small_m_rms(a.t, kEps, b.t, d.t, opt, stream()));
-    EXPECT_FALSE(detail::gemm_small_m_rms(a.t, kEps, b.t, d.t, opt, stream(), 0));
+    const Tensor& n = norm ? *norm : nw.t;
+    EXPECT_FALSE(detail::gemm_small_m_rms(a.t, n, kEps, b.t, d.t, opt, stream()));
+    EXPECT_FALSE(detail::gemm_small_m_rms(a.t, n, kEps, b.t, d.t, opt, stream(), 0));
     sync();
     EXPECT_TRUE(bit_exact(download_buffer(d), before, 1)) << "output written";
   };
@@ -517,11 +537,20 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
     DeviceTensor w_k60 = alloc(DType::bf16, {64, 60});
     std::vector<double> wk60v = rng().uniform(64 * 60, -1, 1);
     upload_values(w_k60, wk60v);
-    refused_untouched(a_k60, w_k60, d4, GemmOptions{}, "K = 60");
+    DeviceTensor nw60 = alloc(DType::bf16, {60});
+    refused_untouched(a_k60, w_k60, d4, GemmOptions{}, "K = 60", &nw60.t);
+    // The norm weight: wrong size, wrong dtype, not 16-byte aligned.
+    DeviceTensor nw32 = alloc(DType::bf16, {32});
+    refused_untouched(a4, w, d4, GemmOptions{}, "norm weight of 32", &nw32.t);
+    DeviceTensor nw_f16 = alloc(DType::f16, {64});
+    refused_untouched(a4, w, d4, GemmOptions{}, "norm weight f16", &nw_f16.t);
+    DeviceTensor nw_big = alloc(DType::bf16, {72});
+    Tensor nw_off = Tensor::contiguous(static_cast<char*>(nw_big.t.data) + 2, DType::bf16, {64});
+    refused_untouched(a4, w, d4, GemmOptions{}, "norm weight misaligned", &nw_off);
   }
   DeviceTensor a0 = alloc(DType::bf16, {0, 64});
   DeviceTensor d0 = alloc(DType::bf16, {0, 64});
-  EXPECT_FALSE(detail::gemm_small_m_rms(a0.t, kEps, w.t, d0.t, GemmOptions{}, stream()));
+  EXPECT_FALSE(detail::gemm_small_m_rms(a0.t, nw.t, kEps, w.t, d0.t, GemmOptions{}, stream()));
   sync();
   for (uint8_t byte : download_buffer(d0)) ASSERT_EQ(byte, 0xFF) << "output written (M = 0)";
 }

@@ -140,19 +140,15 @@ class Backend {
   virtual void gelu(Buf& x) = 0;               // tanh approximation
   virtual void add(Buf& x, const Buf& y) = 0;  // x += y
 
-  // ---- the decode layer with its RMSNorms fused into the GEMMs
-  // Whether Model should fold each RMSNorm's weight into the projection after it (wqkv, w_up
-  // columns times the weight, the norm weight set to ones) at load, so that norm_matmul can run
-  // the norm inside the GEMM.
-  virtual bool fold_norm_weights() const { return false; }
+  // ---- the decode layer with its RMSNorms and residual adds fused into the GEMMs
   // Whether a step of `rows` rows should use norm_matmul / matmul_add / silu_mul_matmul_add
   // (one launch each where the backend fuses them) in place of the separate norms and adds.
   virtual bool fuses_norm_matmul(int64_t rows) const {
     (void)rows;
     return false;
   }
-  // out = rms_norm(x, w_norm) · wᵀ (+ bias) for a folded w (w_norm all ones); xn is scratch of
-  // x's shape that a fusing backend need not write.
+  // out = rms_norm(x, w_norm) · wᵀ (+ bias); xn is scratch of x's shape that a fusing backend
+  // need not write.
   virtual void norm_matmul(const Buf& x, const Buf& w_norm, float eps, const Buf& w,
                            const Buf* bias, Buf& xn, Buf& out) {
     rms_norm(x, w_norm, eps, xn);

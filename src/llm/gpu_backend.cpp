@@ -665,12 +665,11 @@ class GpuBackend final : public Backend {
     }
     Backend::silu_mul_matmul(gate_up, F, act, w_down, bias, out);
   }
-  // The decode layer with its norms and residual adds inside the small-M GEMMs (Model folds
-  // the RMSNorm weights into wqkv / w_up): per layer two launches fewer than the add+RMSNorm
-  // kernels. Each op falls back to the unfused pair where the small-M kernel does not run the
-  // problem (bias, more rows, a shape it refuses). TESSEL_FUSE_NORM=0: weights not folded,
-  // separate norms (A/B).
-  bool fold_norm_weights() const override { return fuse_norm_; }
+  // The decode layer with its RMSNorms and residual adds inside the small-M GEMMs
+  // (detail::gemm_small_m_rms: x · w_norm staged as A, the row scale on the sums; the residual
+  // as C = D): two launches fewer per layer than the add+RMSNorm kernels. Each op falls back to
+  // the unfused pair where the small-M kernel does not run the problem (bias, more rows, a
+  // ring config whose A warps cannot stage the rows). TESSEL_FUSE_NORM=0: separate norms (A/B).
   bool fuses_norm_matmul(int64_t rows) const override { return fuse_norm_ && rows <= 16; }
   bool small_m_runs(int64_t rows, const Buf& w, const Buf* bias) const {
     return !(bias && *bias) && rows <= 32 &&
@@ -680,7 +679,7 @@ class GpuBackend final : public Backend {
                    Buf& xn, Buf& out) override {
     if (small_m_runs(x.rows, w, bias)) {
       Tensor o = mat(out);
-      if (detail::gemm_small_m_rms(mat(x), eps, mat(w), o, GemmOptions{}, stream_)) {
+      if (detail::gemm_small_m_rms(mat(x), vec(w_norm), eps, mat(w), o, GemmOptions{}, stream_)) {
         mark("rms_norm+matmul", 2.0 * static_cast<double>(w.rows * w.cols),
              [&] { return dims(x) + " x " + dims(w); });
         return;
@@ -901,7 +900,7 @@ class GpuBackend final : public Backend {
     const char* e = std::getenv("TESSEL_DECODE_PLAN");
     return !(e && std::string(e) == "0");
   }();
-  const bool fuse_norm_ = [] {  // TESSEL_FUSE_NORM=0: norms not folded into the GEMMs
+  const bool fuse_norm_ = [] {  // TESSEL_FUSE_NORM=0: norms and residual adds not in the GEMMs
     const char* e = std::getenv("TESSEL_FUSE_NORM");
     return !(e && std::string(e) == "0");
   }();

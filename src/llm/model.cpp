@@ -166,39 +166,16 @@ void Model::load(const WeightSource& src, bool hf_names) {
     };
     tok_embd_ = get("token_embd.weight", {V, H});
     out_norm_ = get("output_norm.weight", {H});
-    // rms_norm(x, w) · Wᵀ = rms_norm(x, 1) · (W · diag(w))ᵀ: with the norm weight folded into the
-    // projection's columns (one rounding of each product to the weight dtype), the norm has no
-    // weight left and a backend can compute it inside the GEMM (Backend::norm_matmul).
-    norms_folded_ = backend_->fold_norm_weights() && c.norm == NormKind::rms &&
-                    c.ffn == FfnKind::silu_gated;
-    HostTensor ones;
-    ones.shape = {H};
-    ones.data.assign(static_cast<size_t>(H), 1.f);
-    auto fold = [&](HostTensor w, const HostTensor& norm_w) {
-      for (int64_t r = 0; r < w.shape[0]; ++r)
-        for (int64_t k = 0; k < H; ++k) w.data[r * H + k] *= norm_w.data[k];
-      return w;
-    };
-    // The norm's weight for the step (ones when folded) and the projection after it.
-    auto norm_and_proj = [&](const std::string& norm_name, HostTensor proj, Buf& norm, Buf& w) {
-      HostTensor nw = fetch(name(norm_name), {H});
-      if (norms_folded_) {
-        w = up(fold(std::move(proj), nw));
-        norm = up(ones);
-      } else {
-        w = up(proj);
-        norm = up(nw);
-      }
-    };
     layers_.resize(static_cast<size_t>(c.n_layers));
     for (int64_t i = 0; i < c.n_layers; ++i) {
       Layer& l = layers_[i];
       const std::string g = "blk." + std::to_string(i) + ".";
+      l.attn_norm = get(g + "attn_norm.weight", {H});
       {
         const HostTensor wq = fetch(name(g + "attn_q.weight"), {qd, H});
         const HostTensor wk = fetch(name(g + "attn_k.weight"), {kvd, H});
         const HostTensor wv = fetch(name(g + "attn_v.weight"), {kvd, H});
-        norm_and_proj(g + "attn_norm.weight", stack({&wq, &wk, &wv}), l.attn_norm, l.wqkv);
+        l.wqkv = up(stack({&wq, &wk, &wv}));
       }
       if (c.qkv_bias) {
         const HostTensor bq = fetch(name(g + "attn_q.bias"), {qd});
@@ -207,10 +184,11 @@ void Model::load(const WeightSource& src, bool hf_names) {
         l.bqkv = up(stack({&bq, &bk, &bv}));
       }
       l.wo = get(g + "attn_output.weight", {H, qd});
+      l.ffn_norm = get(g + "ffn_norm.weight", {H});
       {
         const HostTensor wg = fetch(name(g + "ffn_gate.weight"), {F, H});
         const HostTensor wu = fetch(name(g + "ffn_up.weight"), {F, H});
-        norm_and_proj(g + "ffn_norm.weight", stack({&wg, &wu}), l.ffn_norm, l.w_up);
+        l.w_up = up(stack({&wg, &wu}));
       }
       l.w_down = get(g + "ffn_down.weight", {H, F});
     }
@@ -495,9 +473,11 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
     }
   };
   auto opt = [](const Buf& bias) { return bias ? &bias : nullptr; };
-  // Decode-sized steps of a model with folded norms: each RMSNorm inside the GEMM after it and
-  // each residual add inside the GEMM before it (two launches fewer per layer).
-  const bool fused = norms_folded_ && b.fuses_norm_matmul(M);
+  // Decode-sized steps of RMSNorm / SiLU-gated models where the backend fuses them: each norm
+  // inside the GEMM after it, each residual add inside the GEMM before it (two launches fewer
+  // per layer on the GPU).
+  const bool fused =
+      c.norm == NormKind::rms && c.ffn == FfnKind::silu_gated && b.fuses_norm_matmul(M);
   auto ops = [&] {
     b.embedding(tokens.data(), tok_embd_, s.x);
     if (c.learned_positions) b.add_rows(positions.data(), pos_embd_, s.x);
@@ -522,7 +502,7 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
       else
         b.kv_store(li, k, v, rows);
       b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
-      if (fused) {  // (norms_folded_: a SiLU-gated FFN)
+      if (fused) {
         b.matmul_add(s.att, l.wo, opt(l.bo), s.proj, s.x);
         b.norm_matmul(s.x, l.ffn_norm, eps, l.w_up, nullptr, s.xn, s.ffn);
         b.silu_mul_matmul_add(s.ffn, F, s.act, l.w_down, opt(l.b_down), s.proj, s.x);

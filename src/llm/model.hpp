@@ -94,9 +94,6 @@ class Model {
   std::vector<double> inv_freq_;  // rope_dim / 2 rotation frequencies after scaling
   Buf tok_embd_, pos_embd_, out_norm_, out_norm_b_, lm_head_;
   bool lm_head_is_embd_ = false;
-  // The RMSNorm weights are folded into wqkv / w_up (Backend::fold_norm_weights; attn_norm and
-  // ffn_norm then hold ones), so decode steps can run the norms inside the GEMMs.
-  bool norms_folded_ = false;
   std::vector<Layer> layers_;
   int64_t slots_ = 0, max_seq_ = 0;
   std::vector<std::vector<int32_t>> slot_tokens_;

@@ -73,8 +73,9 @@ struct Params {
   unsigned* tickets;    // [gridDim.x] (splits > 1), zero between launches
   int out;              // 0 f32, 1 f16, 2 bf16
   int gated;  // A = silu(a[:, :k]) * a[:, k:2k], computed while staging (SwiGLU MLP's down GEMM)
-  int rms;    // sums scaled by 1 / sqrt(mean_k a² + rms_eps) per token (gemm_small_m_rms)
-  float rms_eps;
+  int rms;    // A = a · norm_w (per k) staged, sums scaled by 1 / sqrt(mean_k a² + rms_eps) per
+  float rms_eps;  // token: an RMSNorm fused in front (gemm_small_m_rms)
+  const void* norm_w;
 };
 
 // Streaming 16-byte weight load (read once: no L1 allocation, 256-byte L2 prefetch).
@@ -175,12 +176,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
 
   T* sa = reinterpret_cast<T*>(smem);
   const T* ga = static_cast<const T*>(p.a);
-  // The fused RMSNorm's scales (gemm_small_m_rms), while the weight prologue is in flight;
-  // the staging area holds the warps' sums until then.
+  // The fused RMSNorm's scales (gemm_small_m_rms), while the weight prologue is in flight
+  // (the staging area holds the warps' sums until then) — except beside the two weight steps
+  // of the 2-token-tile B (N,K) instance, where it spilled: there after the main loop.
   __shared__ float s_rstd[32];
-  if (p.rms)
-    row_rstd<T, kWarps>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane, reinterpret_cast<float*>(smem),
-                        s_rstd, [] { __syncthreads(); });
+  auto row_scales = [&] {
+    row_rstd<T, kWarps, 2>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane,
+                           reinterpret_cast<float*>(smem), s_rstd, [] { __syncthreads(); });
+  };
+  constexpr bool kScalesFirst = !(kDeepPrologue && MT == 2);
+  if (kScalesFirst && p.rms) row_scales();
 
   constexpr int kQ = KN ? 4 : 1;  // MMAs per (sub-step, token tile)
   float acc[MT][kQ][4];
@@ -199,9 +204,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
     {
       const int kb = ph0 * S::kStepK;
       const int pieces = (ph1 - ph0) * S::kChunks * tp * 4;
-      if (p.gated) {
-        // SwiGLU prologue: gate and up pieces through registers (L2: the previous kernel just
-        // wrote them), the activation staged as A.
+      if (p.gated || p.rms) {
+        // SwiGLU / RMSNorm prologue: gate and up (or a and the norm weight) pieces through
+        // registers (L2: the previous kernel just wrote them), the activation staged as A.
 #pragma unroll 4
         for (int i = tid; i < pieces; i += kThreads) {
           const int piece = i & 3, row = (i >> 2) % tp, chunk = (i >> 2) / tp;
@@ -209,8 +214,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
           uint4 v = make_uint4(0u, 0u, 0u, 0u);
           if (row < p.m && kk < kend) {
             const T* src = ga + int64_t{row} * p.lda + kk;
-            v = swiglu8<T>(__ldcg(reinterpret_cast<const uint4*>(src)),
-                           __ldcg(reinterpret_cast<const uint4*>(src + p.k)));
+            const uint4 x = __ldcg(reinterpret_cast<const uint4*>(src));
+            const T* ysrc = p.rms ? static_cast<const T*>(p.norm_w) + kk : src + p.k;
+            const uint4 y = __ldcg(reinterpret_cast<const uint4*>(ysrc));
+            v = p.rms ? mul8<T>(x, y) : swiglu8<T>(x, y);
           }
           *reinterpret_cast<uint4*>(sa + i * 8) = v;
         }
@@ -286,6 +293,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KN, MT>) small_m_kernel(c
   if constexpr (MT > 1) tile::allow_next_grid();  // the weights are consumed
   // Cross-warp (K) reduction in shared memory, fixed warp order. red[wk][token][bn + 1].
   __syncthreads();  // everyone is done with sa
+  if (!kScalesFirst && p.rms) row_scales();  // (ends with a barrier)
   float* red = reinterpret_cast<float*>(smem);
   const int ldr = bn + 1;
 #pragma unroll
@@ -448,8 +456,9 @@ struct Problem {
   int64_t lda = 0, ldb = 0, ldd = 0, ldc = 0;
   int out = 0;
   bool gated = false;  // A is the gate half of a (M, 2K) [gate | up] buffer (see Params::gated)
-  bool rms = false;    // the fused RMSNorm's row scales (see Params::rms)
+  bool rms = false;    // an RMSNorm fused in front (see Params::rms)
   float rms_eps = 0.f;
+  const void* norm_w = nullptr;
   const Tensor* c = nullptr;
 };
 
@@ -527,7 +536,7 @@ bool ring_applies(const Problem& pr, int cfg_id) {
   const int stage_k = ring_stage_k(cfg_id), groups = ring_row_groups(cfg_id);
   return !pr.kn && pr.m <= kSmallMRingMaxM && small_m_ring_shape_supported(pr.m, stage_k, groups) &&
          small_m_ring_max_stages(pr.m, stage_k, groups) >= 2 &&
-         (!pr.gated || pr.m <= small_m_ring_max_gated_m(stage_k));
+         ((!pr.gated && !pr.rms) || pr.m <= small_m_ring_max_gated_m(stage_k));
 }
 
 // TESSEL_GEMM_SMALL_M_RING=0 keeps the ring kernel out of the autotuner's candidates (A/B).
@@ -560,6 +569,7 @@ void set_problem(P& p, const Problem& pr, const void* a, const void* b, void* dp
   p.gated = pr.gated ? 1 : 0;
   p.rms = pr.rms ? 1 : 0;
   p.rms_eps = pr.rms_eps;
+  p.norm_w = pr.norm_w;
 }
 
 // The ring kernel; false (nothing launched) when its workspace cannot be allocated (capture).
@@ -794,16 +804,26 @@ bool gemm_small_m(const Tensor& a, const Tensor& b, Tensor& d, const GemmOptions
   return gemm_small_m_with_config(a, b, d, opt, stream, -1);
 }
 
-bool gemm_small_m_rms(const Tensor& a, float eps, const Tensor& b, Tensor& d,
-                      const GemmOptions& opt, cudaStream_t stream, int config) {
+bool gemm_small_m_rms(const Tensor& a, const Tensor& norm_w, float eps, const Tensor& b,
+                      Tensor& d, const GemmOptions& opt, cudaStream_t stream, int config) {
   Problem pr = describe(a, b, d, opt);
   if (!pr.ok || !(eps >= 0.f) || !std::isfinite(eps)) return false;
-  // The plain problem's config: the prologue reads m·K activations from L2, little beside the
-  // weight, so the same config is assumed best (one tuning per shape).
+  // The norm weight: K contiguous elements of A's dtype, 16-byte aligned (16-byte loads).
+  if (norm_w.dtype != a.dtype || norm_w.numel() != pr.k ||
+      (norm_w.ndim >= 1 && norm_w.strides[norm_w.ndim - 1] != 1 && pr.k > 1) ||
+      reinterpret_cast<uintptr_t>(norm_w.data) % 16 != 0)
+    return false;
+  Problem fused = pr;
+  fused.rms = true;
+  fused.rms_eps = eps;
+  fused.norm_w = norm_w.data;
+  // The plain problem's config (one tuning per shape: the prologue adds m·K activation and K
+  // weight reads from L2 beside the streamed weight). Where that is a ring config whose A warps
+  // cannot hold m tokens, refuse: rms_norm + the ring then beat the register kernel.
   if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
-  pr.rms = true;
-  pr.rms_eps = eps;
-  launch(pr, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
+  if (is_ring_config(config) && ring_applies(pr, config) && !ring_applies(fused, config))
+    return false;
+  launch(fused, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;
 }

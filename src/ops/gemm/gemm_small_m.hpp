@@ -51,14 +51,16 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
                          cudaStream_t stream, int config = -1);
 
 // The projection after an RMSNorm, with the norm fused into the GEMM:
-// D = alpha · diag(r) · A · op(B) + beta · C, r[i] = 1 / sqrt(mean_k A[i,k]² + eps).
-// The norm's weight w must already be folded into B's reduction axis (B'[n,k] = B[n,k]·w[k]), so
-// this equals rms_norm(A, w) · op(B) up to where the rounding to the input dtype happens. A is
-// staged unchanged; every CTA computes r from A after its dependent-launch wait and scales its
-// sums in the epilogue. opt.c may be d (a residual added in place). Same contract, configs and
-// tuning as gemm_small_m (the plain problem's config; false: nothing launched).
-bool gemm_small_m_rms(const Tensor& a, float eps, const Tensor& b, Tensor& d,
-                      const GemmOptions& opt, cudaStream_t stream, int config = -1);
+// D = alpha · diag(r) · (A ⊙ w) · op(B) + beta · C, r[i] = 1 / sqrt(mean_k A[i,k]² + eps),
+// i.e. rms_norm(A, w) · op(B) with the row scale applied to the fp32 sums: A ⊙ w (w the norm
+// weight, K elements of A's dtype, 16-byte aligned) is rounded to the input dtype once while
+// staged, and every CTA computes r from A after its dependent-launch wait. opt.c may be d (a
+// residual added in place). Same contract and tuning as gemm_small_m (the plain problem's
+// config; false: nothing launched — also for an eps that is negative or not finite, a norm
+// weight of another dtype / size / alignment, or where the chosen ring config's A warps cannot
+// stage m tokens: more than 2048 / stage_k).
+bool gemm_small_m_rms(const Tensor& a, const Tensor& norm_w, float eps, const Tensor& b,
+                      Tensor& d, const GemmOptions& opt, cudaStream_t stream, int config = -1);
 
 // Tuning hooks (benchmarks, tests, `tessel tune`): number of candidate configs, a config's
 // description, and a launch with a forced config (-1: the autotuner's choice). Same

@@ -54,6 +54,19 @@ __device__ __forceinline__ uint4 swiglu8(const uint4& g, const uint4& u) {
   return r;
 }
 
+// 8 products x · w of a 16-byte activation and norm-weight vector, rounded to T once: the fused
+// RMSNorm's A operand (its row scale is applied to the sums, gemm_small_m_rms).
+template <class T>
+__device__ __forceinline__ uint4 mul8(const uint4& x, const uint4& w) {
+  uint4 r;
+  const T* xv = reinterpret_cast<const T*>(&x);
+  const T* wv = reinterpret_cast<const T*>(&w);
+  T* rv = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) rv[j] = static_cast<T>(static_cast<float>(xv[j]) * static_cast<float>(wv[j]));
+  return r;
+}
+
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -64,7 +77,8 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // warps per token when m < kWarps), each warp's lanes sum 16-byte pieces (L2 reads: the
 // previous kernel just wrote a), and each token's warp sums are added in warp order through
 // s_part (32 · kWarps floats), so the result is deterministic. k % 8 == 0, rows 16-byte aligned.
-template <class T, int kWarps, class Sync>
+// kUnroll: 16-byte loads in flight per lane (registers permitting).
+template <class T, int kWarps, int kUnroll, class Sync>
 __device__ __forceinline__ void row_rstd(const T* a, int64_t lda, int m, int k, float eps,
                                          int warp, int lane, float* s_part, float* s_r,
                                          Sync sync) {
@@ -75,7 +89,7 @@ __device__ __forceinline__ void row_rstd(const T* a, int64_t lda, int m, int k, 
   for (int tok = warp / wpt; tok < m; tok += groups) {
     const uint4* row = reinterpret_cast<const uint4*>(a + int64_t{tok} * lda);
     float s = 0.f;
-#pragma unroll 4
+#pragma unroll kUnroll
     for (int q = sub * 32 + lane; q < pieces; q += wpt * 32) {
       const uint4 v = __ldcg(row + q);
       const T* e = reinterpret_cast<const T*>(&v);

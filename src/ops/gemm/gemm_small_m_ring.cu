@@ -18,7 +18,7 @@
 //                         cuBLAS's nvjet shape) ran at 3.2 TB/s, slower with more stages.)
 //   warps 9, 10 (A)       per stage: the activations' m × stage-k slice — bulk copies, or for
 //                         the SwiGLU down projection (m <= 2 or 1) silu(gate) · up computed
-//                         into the ring.
+//                         into the ring, or for a fused RMSNorm (same m) a · norm weight.
 //   warps 0-7 (MMA)       (gemm_small_m_rms: first the tokens' RMS scales, from A in L2)
 //                         warp w: row group w % row_groups (16 rows) × the (w / row_groups)-th
 //                         part of each stage's k, mma.sync m16n8k16 with the operand roles of
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   if (threadIdx.x == 0) {
     // full: the producer's expect-tx arrival + the A warps' (every lane when they store with
     // st.shared, lane 0 when they issue bulk copies); empty: one arrival per MMA warp.
-    const unsigned a_arrivals = p.gated ? kActWarps * 32 : kActWarps;
+    const unsigned a_arrivals = p.gated || p.rms ? kActWarps * 32 : kActWarps;
     for (int s = 0; s < S; ++s) {
       mbar_init(&full[s], 1 + a_arrivals);
       mbar_init(&empty[s], kMmaWarps);
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   if (warp > kProducerWarp) {
     const int aw = warp - kProducerWarp - 1;
     tile::wait_prior_grid();  // A is the previous kernel's output
-    if (!p.gated) {
+    if (!p.gated && !p.rms) {
       if (lane != 0) return;
       int tokens = 0;
       for (int tok = aw; tok < p.m; tok += kActWarps) ++tokens;
@@ -166,8 +166,11 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
     }
     // SwiGLU: 16-byte pieces (8 k of one token) of gate and up, one stage ahead in registers
     // (L2: the previous kernel just wrote them), silu(g)·u rounded as tessel::swiglu rounds.
+    // RMSNorm: pieces of a and of the norm weight, a·w rounded once (the row scale comes in
+    // the epilogue).
     constexpr int kPieces = kGatedPieces;
     uint4 gc[kPieces], uc[kPieces], gn[kPieces], un[kPieces];
+    const T* nw = static_cast<const T*>(p.norm_w);
     auto piece = [&](int q, int& tok, int& kk) {
       const int id = lane + 32 * aw + 32 * kActWarps * q;
       tok = id / (kStageK / 8);
@@ -183,7 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
         if (tok < p.m && kk < kc) {
           const T* src = ga + int64_t{tok} * p.lda + k0 + kk;
           gv[q] = __ldcg(reinterpret_cast<const uint4*>(src));
-          uv[q] = __ldcg(reinterpret_cast<const uint4*>(src + p.k));
+          uv[q] = p.rms ? __ldg(reinterpret_cast<const uint4*>(nw + k0 + kk))
+                        : __ldcg(reinterpret_cast<const uint4*>(src + p.k));
         }
       }
     };
@@ -201,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
         piece(q, tok, kk);
         if (tok < p.m && kk < kc)
           *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch + kk * 2) =
-              swiglu8<T>(gc[q], uc[q]);
+              p.rms ? mul8<T>(gc[q], uc[q]) : swiglu8<T>(gc[q], uc[q]);
       }
       mbar_arrive(&full[s]);
     }
@@ -214,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMR
   // The fused RMSNorm's scales, before the first stage: the producer keeps filling the ring
   // meanwhile. `red` is free until the first slab's sums.
   __shared__ float s_rstd[kSmallMRingMaxM];
-  if (p.rms) row_rstd<T, kMmaWarps>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane, red, s_rstd,
+  if (p.rms) row_rstd<T, kMmaWarps, 4>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane, red, s_rstd,
                                     [] { mma_warps_sync(); });
   const int g = lane >> 2, t = lane & 3;
   const int tid = threadIdx.x;
@@ -398,7 +402,8 @@ size_t small_m_ring_partial_bytes(int m, int grid, int row_groups) {
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
   if (!small_m_ring_shape_supported(p.m, p.stage_k, p.row_groups) ||
-      (p.gated && p.m > max_gated_m(p.stage_k)) || (p.gated && p.rms) || p.stages < 1 ||
+      ((p.gated || p.rms) && p.m > max_gated_m(p.stage_k)) || (p.gated && p.rms) ||
+      p.stages < 1 ||
       smem_bytes(p.stages, p.m, p.stage_k, p.row_groups) > kMaxSmem)
     return cudaErrorInvalidValue;
   return bf16 ? launch_shape<__nv_bfloat16>(p, grid, stream)

@@ -24,8 +24,9 @@ struct SmallMRingParams {
   int m, n, k;
   int out;            // 0 f32, 1 f16, 2 bf16
   int gated;          // A = silu(a[:, :k]) * a[:, k:2k] (the SwiGLU MLP's down projection)
-  int rms;            // sums scaled by 1 / sqrt(mean_k a² + rms_eps) per token (gemm_small_m_rms)
-  float rms_eps;
+  int rms;            // A = a · norm_w (per k), sums scaled by 1 / sqrt(mean_k a² + rms_eps) per
+  float rms_eps;      // token: an RMSNorm fused in front (gemm_small_m_rms)
+  const void* norm_w;  // (k)
   int stage_k;        // k per stage: 512, 1024 or 2048
   int row_groups;     // 16-row groups per stage (a slab is 16 · row_groups weight rows)
   int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k, row_groups)
@@ -69,7 +70,7 @@ int small_m_ring_slabs(int n, int row_groups = 1);
 int small_m_ring_max_stages(int m, int stage_k, int row_groups = 1);
 // Whether the kernel is built for this stage shape and token count.
 bool small_m_ring_shape_supported(int m, int stage_k, int row_groups);
-// The most tokens the SwiGLU-fused (gated) variant takes.
+// The most tokens the SwiGLU-fused (gated) and RMSNorm-fused (rms) variants take.
 int small_m_ring_max_gated_m(int stage_k);
 // Whether CTAs take whole slabs (SmallMRingSplit::unit = ksn) for an n-row weight on `sms`
 // SMs: when the busiest CTA gets at most ~10 % more than an even stage split, or on the
