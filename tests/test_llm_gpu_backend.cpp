@@ -349,12 +349,40 @@ TEST_F(LlmGpuBackend, BatchedGenerateMatchesCpu) {
   auto detok = [](int32_t id) { return "<" + std::to_string(id) + ">"; };
   const auto rc = generate(cpu, prompts, o, detok);
   const auto rg = generate(gpu, prompts, o, detok);
+  // Each GPU pick against the CPU's logits after the same tokens (the CPU teacher-forced on the
+  // GPU's continuation): where the CPU's top-2 gap is clear (> 2 · the logits bound) the pick is
+  // the CPU's argmax; in a near tie it must be within that bound of the CPU's best. Until the
+  // first near tie the two continuations are then equal.
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_EQ(rg[i].tokens.size(), 10u);
-    // Compare up to the first clear disagreement is what compare_step checks; here the whole
-    // continuation is expected to agree for this seed (printed if not).
-    EXPECT_EQ(rg[i].tokens, rc[i].tokens)
-        << "prompt " << i << ": " << rg[i].text << " vs " << rc[i].text;
+    ASSERT_EQ(rc[i].tokens.size(), 10u);
+    Model forced(make_cpu_backend(2), c, src, false);
+    forced.reserve(1, 32);
+    std::vector<int32_t> t = prompts[i], sl, ps;
+    t.insert(t.end(), rg[i].tokens.begin(), rg[i].tokens.end() - 1);
+    std::vector<int64_t> rs;
+    for (size_t j = 0; j < t.size(); ++j) {
+      sl.push_back(0), ps.push_back(static_cast<int32_t>(j));
+      if (j + 1 >= prompts[i].size()) rs.push_back(static_cast<int64_t>(j));
+    }
+    const std::vector<float> lg = forced.forward(t, sl, ps, rs);
+    ASSERT_EQ(lg.size(), 10u * c.vocab_size);
+    const double tol = 0.08 * acc.max_ref + 0.02;
+    bool tied_before = false;
+    for (size_t j = 0; j < 10; ++j) {
+      const float* row = lg.data() + j * c.vocab_size;
+      std::vector<float> sorted(row, row + c.vocab_size);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      const int best = argmax(row, c.vocab_size), pick = rg[i].tokens[j];
+      const bool clear = sorted[0] - sorted[1] > 2 * tol;
+      if (!clear) tied_before = true;  // either backend may take either branch from here
+      if (!tied_before) EXPECT_EQ(pick, rc[i].tokens[j]) << "prompt " << i << " step " << j;
+      if (clear)
+        EXPECT_EQ(pick, best) << "prompt " << i << " step " << j << ": " << rg[i].text << " vs "
+                              << rc[i].text;
+      else
+        EXPECT_GE(row[pick], sorted[0] - 2 * tol) << "prompt " << i << " step " << j;
+    }
   }
 }
 

@@ -670,11 +670,12 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
   if (!autotune::enabled()) return fallback;
   int dev = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
-  using MemoKey = std::tuple<int, int, int, bool, bool, int, int, int>;
+  using MemoKey = std::tuple<int, int, int, bool, bool, bool, int, int, int>;
   static std::mutex memo_mu;
   static std::map<MemoKey, int> memo;
   const MemoKey mk{
-      dev, static_cast<int>(a.dtype), static_cast<int>(d.dtype), pr.kn, pr.gated, pr.m, pr.n, pr.k};
+      dev,    static_cast<int>(a.dtype), static_cast<int>(d.dtype), pr.kn, pr.gated, pr.rms, pr.m,
+      pr.n,   pr.k};
   {
     std::lock_guard<std::mutex> lock(memo_mu);
     if (auto it = memo.find(mk); it != memo.end()) return it->second;
@@ -682,9 +683,11 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
   std::vector<int> candidates;
   for (int i = 0; i < kNumConfigs; ++i)
     if (!is_ring_config(i) || (ring_applies(pr, i) && ring_tunable())) candidates.push_back(i);
-  // The SwiGLU-fused problem is tuned on its own: its A prologue costs differ by kernel (the
-  // register kernel stages it before its loop, the ring kernel's A warps run ahead).
-  const std::string key = autotune::make_key(pr.gated ? "gemm_small_m_swiglu" : "gemm_small_m",
+  // The SwiGLU- and RMSNorm-fused problems are tuned on their own: their A prologue costs
+  // differ by kernel (the register kernel stages A through registers before its loop, the ring
+  // kernel's A warps run ahead instead of issuing bulk copies).
+  const char* family = pr.gated ? "gemm_small_m_swiglu" : pr.rms ? "gemm_small_m_rms" : "gemm_small_m";
+  const std::string key = autotune::make_key(family,
                                              autotune::current_gpu_name(), dtype_key(a, d),
                                              pr.kn ? "kn" : "nk", pr.m, pr.n, pr.k);
   // Timing writes a scratch output (d may be C, and must not be clobbered), no C.
@@ -817,12 +820,17 @@ bool gemm_small_m_rms(const Tensor& a, const Tensor& norm_w, float eps, const Te
   fused.rms = true;
   fused.rms_eps = eps;
   fused.norm_w = norm_w.data;
-  // The plain problem's config (one tuning per shape: the prologue adds m·K activation and K
-  // weight reads from L2 beside the streamed weight). Where that is a ring config whose A warps
-  // cannot hold m tokens, refuse: rms_norm + the ring then beat the register kernel.
-  if (config < 0 || config >= kNumConfigs) config = choose(pr, a, b, d, stream);
-  if (is_ring_config(config) && ring_applies(pr, config) && !ring_applies(fused, config))
+  // Where the plain problem runs a ring config whose A warps cannot stage m tokens (more than
+  // 2048 / stage_k), refuse: rms_norm + the ring then beat the fused register kernel (as for
+  // the SwiGLU prologue). Otherwise the fused problem's own tuning (key "gemm_small_m_rms").
+  if (config < 0 || config >= kNumConfigs) {
+    if (const int plain_cfg = choose(pr, a, b, d, stream);
+        is_ring_config(plain_cfg) && ring_applies(pr, plain_cfg) && !ring_applies(fused, plain_cfg))
+      return false;
+    config = choose(fused, a, b, d, stream);
+  } else if (is_ring_config(config) && ring_applies(pr, config) && !ring_applies(fused, config)) {
     return false;
+  }
   launch(fused, a.data, b.data, d.data, pr.ldd, pr.c ? pr.c->data : nullptr, opt.alpha,
          pr.c ? opt.beta : 0.f, config, stream);
   return true;
