@@ -128,6 +128,15 @@ class Backend {
   // Causal attention of q (rows, n_heads·head_dim) over the cached positions 0..pos[r] of slot[r].
   virtual void attention(int64_t layer, const Buf& q, int64_t n_heads, int64_t n_kv_heads,
                          int64_t head_dim, const RowLayout& rows, Buf& out) = 0;
+  // rope_kv_store() then attention() of q = qk's first n_heads·head_dim columns; backends may
+  // fuse the two (and then leave qk as it was).
+  virtual void rope_kv_attention(int64_t layer, Buf& qk, const Buf& q, int64_t n_heads,
+                                 int64_t n_kv_heads, int64_t head_dim, int64_t rope_dim,
+                                 RopeStyle style, const float* cos, const float* sin, const Buf& k,
+                                 const Buf& v, const RowLayout& rows, Buf& out) {
+    rope_kv_store(layer, qk, n_heads, n_kv_heads, head_dim, rope_dim, style, cos, sin, k, v, rows);
+    attention(layer, q, n_heads, n_kv_heads, head_dim, rows, out);
+  }
   // silu(gate)·up; gate and up may be column views (the halves of a fused gate|up output)
   virtual void silu_mul(const Buf& gate, const Buf& up, Buf& out) = 0;
   // The SwiGLU MLP's tail: act = silu(gate_up[:, :F]) · gate_up[:, F:], out = act · w_downᵀ

@@ -35,6 +35,7 @@
 
 #include "llm/backend.hpp"
 #include "llm/op_profile.hpp"
+#include "ops/attention_decode/decode_rope_append.hpp"
 #include "ops/gemm/gemm_small_m.hpp"
 #include "ops/llm_engine/argmax_rows.hpp"
 #include "ops/llm_engine/rope_tables.hpp"
@@ -575,6 +576,58 @@ class GpuBackend final : public Backend {
         });
     mark("rope_kv_store", 0, [&] { return dims(qk); });
   }
+  // Steps whose attention runs the decode kernel (no run long enough for the tiled prefill
+  // kernel): RoPE and the cache append inside the decode kernel
+  // (detail::decode_attention_rope_append, the bits of rope_append + decode_attention), one
+  // launch and one kernel boundary fewer per layer. TESSEL_FUSE_ROPE_ATTENTION=0: two launches.
+  void rope_kv_attention(int64_t layer, Buf& qk, const Buf& q, int64_t n_heads, int64_t n_kv_heads,
+                         int64_t head_dim, int64_t rope_dim, RopeStyle style, const float* cos,
+                         const float* sin, const Buf& k, const Buf& v, const RowLayout& rows,
+                         Buf& out) override {
+    bool fusable =
+        fuse_rope_attention_ && style != RopeStyle::none && in_step_ && cos == step_.cos &&
+        qk.rows == step_.rows && rope_dim / 2 == step_.rope_half && rope_dim % 16 == 0 &&
+        rope_dim <= head_dim && max_pool_pages_ > 0 && n_kv_heads * head_dim == kv_dim_ &&
+        (head_dim == 64 || head_dim == 128 || head_dim == 256) && q.ptr == qk.ptr &&
+        q.cols == n_heads * head_dim && out.cols == q.cols &&
+        k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim && k.cols == kv_dim_ &&
+        v.cols == kv_dim_ && v.rows == k.rows && k.rows == rows.rows;
+    if (fusable && prefill_kernel_)  // (a run of prefill_min_rows_ may take the tiled kernel)
+      for (const Run& r : runs_) fusable = fusable && r.len < prefill_min_rows_;
+    if (!fusable)
+      return Backend::rope_kv_attention(layer, qk, q, n_heads, n_kv_heads, head_dim, rope_dim,
+                                        style, cos, sin, k, v, rows, out);
+    ensure_layout(rows);
+    fresh_layer_ = -1;
+    const auto* c = static_cast<const float*>(input(in_.cos));
+    const auto* sn = static_cast<const float*>(input(in_.sin));
+    const int64_t half = rope_dim / 2;
+    Tensor kc = cache_view(k_pool_, layer, head_dim), vc = cache_view(v_pool_, layer, head_dim);
+    for_each_call(
+        [&](int64_t start, int64_t B, int64_t Sq, const Tensor& seqlens, const Tensor& table) {
+          const Tensor qv = rows_view(q, start, B, Sq, n_heads, head_dim);
+          const Tensor kn = rows_view(k, start, B, Sq, n_kv_heads, head_dim);
+          const Tensor vn = rows_view(v, start, B, Sq, n_kv_heads, head_dim);
+          Tensor ov = rows_view(out, start, B, Sq, n_heads, head_dim);
+          const Tensor ct =
+              Tensor::contiguous(const_cast<float*>(c) + start * half, DType::f32, {B * Sq, half});
+          const Tensor st =
+              Tensor::contiguous(const_cast<float*>(sn) + start * half, DType::f32, {B * Sq, half});
+          detail::DecodeRopeAppend ra;
+          ra.k_new = &kn;
+          ra.v_new = &vn;
+          ra.cos = &ct;
+          ra.sin = &st;
+          ra.rope_dim = rope_dim;
+          ra.neox = style == RopeStyle::neox;
+          DecodeParams p;
+          p.block_table = &table;
+          p.max_seqlen = plan_len();
+          detail::decode_attention_rope_append(qv, ra, kc, vc, seqlens, ov, nullptr, p, stream_);
+        });
+    mark("rope+kv_store+attention", 0,
+         [&] { return dims(q) + " (decode kernel, rope and append fused)"; });
+  }
   void kv_store(int64_t layer, const Buf& k, const Buf& v, const RowLayout& rows) override {
     if (max_pool_pages_ == 0) fail("kv_store", "'kv cache' expected kv_reserve() first, got none");
     if (k.cols != kv_dim_ || v.cols != kv_dim_ || v.rows != k.rows || k.rows != rows.rows)
@@ -898,6 +951,10 @@ class GpuBackend final : public Backend {
   OpProfile profile_;             // TESSEL_PROFILE_OPS=1
   const bool plan_decode_ = [] {  // TESSEL_DECODE_PLAN=0: no max_seqlen hint (A/B)
     const char* e = std::getenv("TESSEL_DECODE_PLAN");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool fuse_rope_attention_ = [] {  // TESSEL_FUSE_ROPE_ATTENTION=0: rope_append launch
+    const char* e = std::getenv("TESSEL_FUSE_ROPE_ATTENTION");
     return !(e && std::string(e) == "0");
   }();
   const bool fuse_norm_ = [] {  // TESSEL_FUSE_NORM=0: norms and residual adds not in the GEMMs

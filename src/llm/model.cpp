@@ -496,12 +496,13 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
           add_norm(s.x, s.proj, l.attn_norm, l.attn_norm_b, s.xn);
         b.matmul(s.xn, l.wqkv, opt(l.bqkv), s.qkv);
       }
-      if (c.rope_style != RopeStyle::none)
-        b.rope_kv_store(li, qk, c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_style,
-                        cos.data(), sin.data(), k, v, rows);
-      else
+      if (c.rope_style != RopeStyle::none) {
+        b.rope_kv_attention(li, qk, q, c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim,
+                            c.rope_style, cos.data(), sin.data(), k, v, rows, s.att);
+      } else {
         b.kv_store(li, k, v, rows);
-      b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
+        b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
+      }
       if (fused) {
         b.matmul_add(s.att, l.wo, opt(l.bo), s.proj, s.x);
         b.norm_matmul(s.x, l.ffn_norm, eps, l.w_up, nullptr, s.xn, s.ffn);

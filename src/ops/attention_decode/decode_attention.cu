@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/attention_decode/decode_launch.cuh"
+#include "ops/attention_decode/decode_rope_append.hpp"
 
 namespace tessel {
 namespace {
@@ -39,12 +40,12 @@ void dispatch_mt(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) 
   }
 }
 
-}  // namespace
-
-void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                      const Tensor& seqlens, Tensor& out, Tensor* lse, const DecodeParams& p,
-                      cudaStream_t stream) {
-  detail::OpCheck chk("decode_attention");
+// decode_attention, or with rope != null decode_attention_rope_append (the caches are then
+// written: the new tokens' rows).
+void decode_gqa(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                const Tensor& seqlens, Tensor& out, Tensor* lse, const DecodeParams& p,
+                const detail::DecodeRopeAppend* rope, cudaStream_t stream) {
+  detail::OpCheck chk(rope ? "decode_attention_rope_append" : "decode_attention");
   if (!(p.scale >= 0.0) || !std::isfinite(p.scale))
     chk.fail("params.scale", "a finite scale >= 0 (0: 1/sqrt(D))", std::to_string(p.scale));
   if (!(p.softcap >= 0.0) || !std::isfinite(p.softcap))
@@ -102,6 +103,34 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   } else {
     g.capacity = k_cache.shape[1];
   }
+  if (rope) {
+    for (const auto& [arg, t] :
+         {std::pair<const char*, const Tensor*>{"k_new", rope->k_new}, {"v_new", rope->v_new}}) {
+      if (t == nullptr) chk.fail(arg, "a tensor (B, Sq, Hkv, D)", "none");
+      chk.same_dtype(arg, *t, "q", q);
+      chk.rank_in(arg, *t, 4, 4);
+      if (t->shape[0] != B || t->shape[1] != Sq || t->shape[2] != Hkv || t->shape[3] != D)
+        chk.fail(arg,
+                 "shape (" + std::to_string(B) + ", " + std::to_string(Sq) + ", " +
+                     std::to_string(Hkv) + ", " + std::to_string(D) + ") (B, Sq, Hkv, D)",
+                 "shape " + decode::dims(*t));
+      decode::check_vector_layout(chk, arg, *t);
+    }
+    if (rope->rope_dim < 16 || rope->rope_dim > D || rope->rope_dim % 16 != 0)
+      chk.fail("rope_dim", "a multiple of 16 in [16, D = " + std::to_string(D) + "]",
+               std::to_string(rope->rope_dim));
+    for (const auto& [arg, t] :
+         {std::pair<const char*, const Tensor*>{"cos", rope->cos}, {"sin", rope->sin}}) {
+      if (t == nullptr) chk.fail(arg, "a tensor (B·Sq, rope_dim / 2)", "none");
+      chk.dtype_in(arg, *t, {DType::f32});
+      if (t->ndim != 2 || t->shape[0] != B * Sq || t->shape[1] != rope->rope_dim / 2)
+        chk.fail(arg,
+                 "shape (" + std::to_string(B * Sq) + ", " + std::to_string(rope->rope_dim / 2) +
+                     ") (B·Sq, rope_dim / 2)",
+                 "shape " + decode::dims(*t));
+      chk.contiguous(arg, *t);
+    }
+  }
   if (B > 65535 || Hkv > 65535)
     chk.fail("q", "batch and KV heads <= 65535",
              "shape " + decode::dims(q) + ", " + std::to_string(Hkv) + " KV heads");
@@ -120,6 +149,12 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   chk.device_pointer("seqlens", seqlens);
   if (paged) chk.device_pointer("block_table", *p.block_table);
   if (lse) chk.device_pointer("lse", *lse);
+  if (rope) {
+    chk.device_pointer("k_new", *rope->k_new);
+    chk.device_pointer("v_new", *rope->v_new);
+    chk.device_pointer("cos", *rope->cos);
+    chk.device_pointer("sin", *rope->sin);
+  }
   if (p.check_inputs) decode::check_inputs_now(chk, seqlens, p.block_table, g, B, Sq, stream);
 
   KernelArgs a{};
@@ -138,6 +173,20 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   a.v_sh = v_cache.strides[2];
   decode::fill_sequence_args(a, p, g, paged, seqlens, out, lse, B, Sq, Hq, Hkv);
   a.plan_len = p.max_seqlen;
+  if (rope) {
+    a.rope_cos = static_cast<const float*>(rope->cos->data);
+    a.rope_sin = static_cast<const float*>(rope->sin->data);
+    a.rope_half = static_cast<int>(rope->rope_dim / 2);
+    a.rope_neox = rope->neox ? 1 : 0;
+    a.new_k = rope->k_new->data;
+    a.new_v = rope->v_new->data;
+    a.nk_sb = rope->k_new->strides[0];
+    a.nk_ss = rope->k_new->strides[1];
+    a.nk_sh = rope->k_new->strides[2];
+    a.nv_sb = rope->v_new->strides[0];
+    a.nv_ss = rope->v_new->strides[1];
+    a.nv_sh = rope->v_new->strides[2];
+  }
   const double scale = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kLog2e = 1.4426950408889634;
   a.scale_log2 = static_cast<float>(scale * kLog2e);
@@ -158,5 +207,23 @@ void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   else
     by_dtype(__half{});
 }
+
+}  // namespace
+
+void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& seqlens, Tensor& out, Tensor* lse, const DecodeParams& p,
+                      cudaStream_t stream) {
+  decode_gqa(q, k_cache, v_cache, seqlens, out, lse, p, nullptr, stream);
+}
+
+namespace detail {
+
+void decode_attention_rope_append(const Tensor& q, const DecodeRopeAppend& rope, Tensor& k_cache,
+                                  Tensor& v_cache, const Tensor& seqlens, Tensor& out, Tensor* lse,
+                                  const DecodeParams& p, cudaStream_t stream) {
+  decode_gqa(q, k_cache, v_cache, seqlens, out, lse, p, &rope, stream);
+}
+
+}  // namespace detail
 
 }  // namespace tessel

@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "ops/bulk_copy.cuh"
+#include "ops/rope_rotate.cuh"
 #include "ops/rows.cuh"
 
 namespace tessel::decode {
@@ -66,6 +67,18 @@ struct KernelArgs {
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
   float cap_log2;        // softcap·log2(e); 0: no softcap
+  // RoPE and the cache append fused in front (the engine's decode steps; GQA only; rope_half >
+  // 0): q0 holds the q rows before rotation, rotated while staged; the Sq new tokens' k (not
+  // rotated) and v rows come from new_k / new_v ((b, s, KV head) strides) and are written, k
+  // rotated, into the cache at positions len − Sq + s by the CTAs whose range holds them before
+  // any tile is loaded — what llm_engine::rope_append writes, bit for bit (rope_rotate).
+  const float* rope_cos;  // (B·Sq, rope_half) f32, row b·Sq + s
+  const float* rope_sin;
+  int rope_half;  // rotated pairs per head, a multiple of 8 (0: no rotation and no append)
+  int rope_neox;  // 1: pairs (i, i + rope_half); 0: (2i, 2i + 1)
+  const void* new_k;
+  const void* new_v;
+  int64_t nk_sb, nk_ss, nk_sh, nv_sb, nv_ss, nv_sh;
 };
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
@@ -201,6 +214,46 @@ __device__ __forceinline__ int2 page_of(const KernelArgs& a, int b, int pos, int
 template <class T, int DV>
 __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id, int lane);
 
+// 16-byte chunk c of a head row (`head`: its first element) of call row `row` (b·Sq + s), rotated
+// by a.rope_cos / a.rope_sin where it holds rotary dims (the fused RoPE, see KernelArgs).
+template <class T>
+__device__ __forceinline__ uint4 rope_chunk(const KernelArgs& a, const T* head, int c,
+                                            int64_t row) {
+  const uint4 x = __ldg(reinterpret_cast<const uint4*>(head + c * 8));
+  if (c * 8 >= 2 * a.rope_half) return x;
+  const float* cs = a.rope_cos + row * a.rope_half;
+  const float* sn = a.rope_sin + row * a.rope_half;
+  uint4 r;
+  const T* xv = reinterpret_cast<const T*>(&x);
+  T* rv = reinterpret_cast<T*>(&r);
+  if (a.rope_neox) {
+    const int hc = a.rope_half / 8;
+    const bool first = c < hc;  // pairs (i, i + rope_half): the partner is hc chunks away
+    const int pc = first ? c + hc : c - hc;
+    const uint4 pr = __ldg(reinterpret_cast<const uint4*>(head + pc * 8));
+    const T* pv = reinterpret_cast<const T*>(&pr);
+    const int i0 = (first ? c : pc) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float cc = __ldg(cs + i0 + j), ss = __ldg(sn + i0 + j);
+      const float xs = static_cast<float>(xv[j]), xp = static_cast<float>(pv[j]);
+      rv[j] = static_cast<T>(first ? ::tessel::detail::rope_rotate(xs, xp, cc, ss).x
+                                   : ::tessel::detail::rope_rotate(xp, xs, cc, ss).y);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = c * 4 + j;
+      const float2 y = ::tessel::detail::rope_rotate(static_cast<float>(xv[2 * j]),
+                                                     static_cast<float>(xv[2 * j + 1]),
+                                                     __ldg(cs + i), __ldg(sn + i));
+      rv[2 * j] = static_cast<T>(y.x);
+      rv[2 * j + 1] = static_cast<T>(y.y);
+    }
+  }
+  return r;
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
@@ -269,9 +322,48 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       else
         src = static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss + hq * a.q1_sh +
               (c - C::DQ0 / 8) * 8;
-      v = __ldg(reinterpret_cast<const uint4*>(src));
+      if (!C::KV_SHARED && a.rope_half > 0)
+        v = rope_chunk<T>(a, src - c * 8, c, static_cast<int64_t>(b) * a.sq + s);
+      else
+        v = __ldg(reinterpret_cast<const uint4*>(src));
     }
     s_q[swz<CPR_K>(r, c)] = v;
+  }
+  if constexpr (!C::KV_SHARED) {
+    // The fused append: this range's new tokens (positions len − Sq .. len − 1) into the cache,
+    // k rotated, before the loads below read them back (visible to them at the barrier below;
+    // the fence orders the stores before TMA reads too).
+    const int first_new = len_ok - a.sq;
+    const int p0 = max(begin, max(first_new, 0));
+    const int n_new = a.rope_half > 0 && end > p0 ? end - p0 : 0;
+    for (int idx = tid; idx < n_new * 2 * CPR_K; idx += C::THREADS) {
+      const int pos = p0 + idx / (2 * CPR_K), rem = idx % (2 * CPR_K);
+      const bool isv = rem >= CPR_K;
+      const int c = isv ? rem - CPR_K : rem, s = pos - first_new;
+      T* dst;
+      if constexpr (C::PAGED) {
+        const int j = pos / a.page_size;
+        const int pg = a.block_table[b * a.bt_stride + j];
+        if (pg < 0 || pg >= a.num_pages) continue;  // (`bad` is set by the tile's page lookup)
+        dst = const_cast<T*>(static_cast<const T*>(isv ? a.v : a.k)) +
+              pg * (isv ? a.v_sb : a.k_sb) + (pos - j * a.page_size) * (isv ? a.v_st : a.k_st) +
+              kvh * (isv ? a.v_sh : a.k_sh);
+      } else {
+        dst = const_cast<T*>(static_cast<const T*>(isv ? a.v : a.k)) + b * (isv ? a.v_sb : a.k_sb) +
+              static_cast<int64_t>(pos) * (isv ? a.v_st : a.k_st) + kvh * (isv ? a.v_sh : a.k_sh);
+      }
+      const uint4 val =
+          isv ? __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.new_v) + b * a.nv_sb +
+                                                     s * a.nv_ss + kvh * a.nv_sh + c * 8))
+              : rope_chunk<T>(
+                    a, static_cast<const T*>(a.new_k) + b * a.nk_sb + s * a.nk_ss + kvh * a.nk_sh,
+                    c, static_cast<int64_t>(b) * a.sq + s);
+      *reinterpret_cast<uint4*>(dst + c * 8) = val;
+    }
+    if (n_new > 0) {
+      __threadfence();
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+    }
   }
   if (use_tma && tid == 0) {
     for (int st = 0; st < STAGES; ++st) mbar_init(s_full + st, 32);  // warp 0's lanes arrive

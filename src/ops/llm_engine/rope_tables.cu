@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ops/llm_engine/rope_tables.hpp"
+#include "ops/rope_rotate.cuh"
 #include "runtime/check.hpp"
 #include "runtime/launch.cuh"
 #include "tile/tile.cuh"
@@ -25,10 +26,10 @@ __global__ void rope_tables_kernel(__nv_bfloat16* x, int64_t rows, int64_t ld, i
     __nv_bfloat16* v = x + r * ld + (rh - r * n_heads) * head_dim;
     const int a = neox ? i : 2 * i;
     const int b = neox ? i + half : 2 * i + 1;
-    const float c = cos[r * half + i], s = sin[r * half + i];
-    const float x0 = __bfloat162float(v[a]), x1 = __bfloat162float(v[b]);
-    v[a] = __float2bfloat16(x0 * c - x1 * s);
-    v[b] = __float2bfloat16(x0 * s + x1 * c);
+    const float2 y = ::tessel::detail::rope_rotate(__bfloat162float(v[a]), __bfloat162float(v[b]),
+                                                   cos[r * half + i], sin[r * half + i]);
+    v[a] = __float2bfloat16(y.x);
+    v[b] = __float2bfloat16(y.y);
   }
 }
 
@@ -67,10 +68,10 @@ __global__ void rope_append_kernel(const __grid_constant__ RopeAppendArgs a) {
       const int h = static_cast<int>(rh - r * heads);
       __nv_bfloat16* x = qk + r * a.ld + int64_t{h} * a.head_dim;
       const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
-      const float c = a.cos[r * half + i], s = a.sin[r * half + i];
-      const float x0 = __bfloat162float(x[ia]), x1 = __bfloat162float(x[ib]);
-      const __nv_bfloat16 y0 = __float2bfloat16(x0 * c - x1 * s);
-      const __nv_bfloat16 y1 = __float2bfloat16(x0 * s + x1 * c);
+      const float2 y =
+          ::tessel::detail::rope_rotate(__bfloat162float(x[ia]), __bfloat162float(x[ib]),
+                                        a.cos[r * half + i], a.sin[r * half + i]);
+      const __nv_bfloat16 y0 = __float2bfloat16(y.x), y1 = __float2bfloat16(y.y);
       x[ia] = y0;
       x[ib] = y1;
       if (h >= a.hq) {
