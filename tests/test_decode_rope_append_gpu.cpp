@@ -153,7 +153,8 @@ TEST_P(DecodeRopeAppendGpu, MatchesTwoLaunchesAndFloat64) {
     test::upload_bytes(kc, kc0);
     test::upload_bytes(vc, vc0);
     DeviceTensor qkv2 = test::alloc_pitched(dt, {rows, width}, pitch);
-    test::upload_bytes(qkv2, qkv_bytes);  // (the whole buffer, padding included)
+    TESSEL_TEST_CUDA(cudaMemcpy(qkv2.buf.data(), qkv_bytes.data(), qkv_bytes.size(),
+                                cudaMemcpyHostToDevice));  // the whole buffer, padding included
     llm_engine::RopeAppendArgs a{};
     a.qk = qkv2.t.data;
     a.ld = pitch;
