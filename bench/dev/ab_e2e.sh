@@ -15,7 +15,7 @@ fi
 cmp=()
 for v in "$@"; do cmp+=(--compare "$v"); done
 for round in $(seq 1 "${ROUNDS:-1}"); do
-  python3 bench/e2e.py --tessel build/tessel --models "${MODELS:-8b,1b}" --batches 1 \
+  python3 bench/e2e.py --tessel build/tessel --models "${MODELS:-8b,1b}" --batches "${BATCHES:-1}" \
     --new-tokens 128 --no-baseline --pretune "${cmp[@]}" --json "$out/e2e_b1_r$round.json" \
     2>&1 | grep -E '^tessel|weight bandwidth|e2e_' | tee -a "$out/e2e.log"
 done
