@@ -22,13 +22,7 @@ namespace {
 
 using test::DeviceTensor;
 
-DeviceTensor upload_i32(const std::vector<int64_t>& shape, const std::vector<int32_t>& v) {
-  DeviceTensor d = test::alloc(DType::i32, shape);
-  std::vector<uint8_t> bytes(v.size() * 4);
-  std::memcpy(bytes.data(), v.data(), bytes.size());
-  test::upload_bytes(d, bytes);
-  return d;
-}
+using test::upload_i32;
 
 // A paged layout for `lens` with a shuffled page order; entries past the used pages are -1
 // (never read). Returns block_table (B x max_pages) and sets num_pages.
@@ -161,10 +155,7 @@ INSTANTIATE_TEST_SUITE_P(All, DecodeAttentionGpu,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
                                             ::testing::Range(0,
                                                              static_cast<int>(std::size(kCases)))),
-                         [](const ::testing::TestParamInfo<std::tuple<DType, int>>& i) {
-                           return std::string(dtype_name(std::get<0>(i.param))) + "_case" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         test::dtype_case_name);
 
 // The same cache laid out contiguously and in shuffled pages gives the same bits (same splits).
 class DecodeAttentionPagedGpu : public test::GpuTest {};
@@ -478,10 +469,7 @@ TEST_P(MlaDecodeGpu, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(All, MlaDecodeGpu,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
                                             ::testing::Range(0, static_cast<int>(std::size(kMla)))),
-                         [](const ::testing::TestParamInfo<std::tuple<DType, int>>& i) {
-                           return std::string(dtype_name(std::get<0>(i.param))) + "_case" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         test::dtype_case_name);
 
 class MlaAppendGpu : public test::GpuTest {};
 

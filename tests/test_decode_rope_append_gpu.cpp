@@ -25,13 +25,7 @@ namespace {
 
 using test::DeviceTensor;
 
-DeviceTensor upload_i32(const std::vector<int64_t>& shape, const std::vector<int32_t>& v) {
-  DeviceTensor d = test::alloc(DType::i32, shape);
-  std::vector<uint8_t> bytes(v.size() * 4);
-  std::memcpy(bytes.data(), v.data(), bytes.size());
-  test::upload_bytes(d, bytes);
-  return d;
-}
+using test::upload_i32;
 
 DeviceTensor upload_f32(const std::vector<int64_t>& shape, const std::vector<float>& v) {
   DeviceTensor d = test::alloc(DType::f32, shape);
@@ -247,10 +241,7 @@ INSTANTIATE_TEST_SUITE_P(
     All, DecodeRopeAppendGpu,
     ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
                        ::testing::Range(0, static_cast<int>(std::size(kRopeCases)))),
-    [](const ::testing::TestParamInfo<std::tuple<DType, int>>& i) {
-      return std::string(dtype_name(std::get<0>(i.param))) + "_case" +
-             std::to_string(std::get<1>(i.param));
-    });
+    test::dtype_case_name);
 
 // Bad arguments: an error naming the argument; out and both caches untouched.
 class DecodeRopeAppendGpuErrors : public test::GpuTest {};

@@ -543,15 +543,10 @@ TEST_P(GroupNormGpu, ForwardAndBackward) {
   EXPECT_TRUE(test::all_close(test::download_values(db), bw.db, dt, sb));
 }
 
-std::string gn_name(const ::testing::TestParamInfo<GroupParam>& info) {
-  return std::string(dtype_name(std::get<0>(info.param))) + "_case" +
-         std::to_string(std::get<1>(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(All, GroupNormGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
                                             ::testing::Range(0, static_cast<int>(std::size(kGnCases)))),
-                         gn_name);
+                         test::dtype_case_name);
 
 }  // namespace
 }  // namespace tessel

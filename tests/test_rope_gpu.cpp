@@ -101,16 +101,11 @@ TEST_P(RopeGpu, ForwardBackward) {
   }
 }
 
-std::string name(const ::testing::TestParamInfo<Param>& info) {
-  return std::string(dtype_name(std::get<0>(info.param))) + "_case" +
-         std::to_string(std::get<1>(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(All, RopeGpu,
                          ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
                                             ::testing::Range(0,
                                                              static_cast<int>(std::size(kCases)))),
-                         name);
+                         test::dtype_case_name);
 
 }  // namespace
 }  // namespace tessel

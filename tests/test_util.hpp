@@ -24,6 +24,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ref/reference.hpp"
@@ -449,6 +450,16 @@ inline std::vector<double> download_values(const DeviceTensor& d) {
   return decode(d.t.dtype, download_bytes(d));
 }
 
+// A dense i32 tensor of `shape` holding `values` (lengths, block tables, ids).
+inline DeviceTensor upload_i32(const std::vector<int64_t>& shape,
+                               const std::vector<int32_t>& values) {
+  DeviceTensor d = alloc(DType::i32, shape);
+  std::vector<uint8_t> bytes(values.size() * 4);
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  upload_bytes(d, bytes);
+  return d;
+}
+
 // alloc + upload_values.
 inline DeviceTensor to_device(DType dtype, const std::vector<int64_t>& shape,
                               std::vector<double>& values) {
@@ -565,6 +576,12 @@ inline ::testing::AssertionResult bit_exact(const std::vector<uint8_t>& out,
 // Parameter name generator for suites parametrized by a DType alone ("f16").
 inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
   return dtype_name(info.param);
+}
+
+// Parameter name generator for suites parametrized by (DType, case index) ("bf16_case3").
+inline std::string dtype_case_name(const ::testing::TestParamInfo<std::tuple<DType, int>>& info) {
+  return std::string(dtype_name(std::get<0>(info.param))) + "_case" +
+         std::to_string(std::get<1>(info.param));
 }
 
 }  // namespace tessel::test
