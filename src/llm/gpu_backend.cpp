@@ -527,17 +527,24 @@ class GpuBackend final : public Backend {
                                  style == RopeStyle::neox, c, s, stream_);
     mark("rope", 0, [&] { return dims(x); });
   }
+  // Whether this step's tables and paged pool serve a RoPE of qk (q heads, then the k heads of
+  // k) whose k / v rows go to the cache: what the fused rope kernels have in common.
+  bool step_rope_applies(const Buf& qk, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                         int64_t rope_dim, RopeStyle style, const float* cos, const Buf& k,
+                         const Buf& v, const RowLayout& rows) const {
+    return style != RopeStyle::none && in_step_ && cos == step_.cos && qk.rows == step_.rows &&
+           rope_dim / 2 == step_.rope_half && rope_dim % 2 == 0 && rope_dim <= head_dim &&
+           n_kv_heads * head_dim == kv_dim_ && max_pool_pages_ > 0 &&
+           k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim && k.cols == kv_dim_ &&
+           v.cols == kv_dim_ && v.rows == k.rows && k.rows == rows.rows;
+  }
   void rope_kv_store(int64_t layer, Buf& qk, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      int64_t rope_dim, RopeStyle style, const float* cos, const float* sin,
                      const Buf& k, const Buf& v, const RowLayout& rows) override {
     // One launch per call: rotation of q and k and the cache append (llm_engine::rope_append).
     const bool fusable =
-        style != RopeStyle::none && in_step_ && cos == step_.cos && qk.rows == step_.rows &&
-        rope_dim / 2 == step_.rope_half && rope_dim % 2 == 0 && rope_dim <= head_dim &&
-        qk.cols == (n_heads + n_kv_heads) * head_dim && n_kv_heads * head_dim == kv_dim_ &&
-        max_pool_pages_ > 0 && k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim &&
-        k.pitch() == qk.pitch() && k.cols == kv_dim_ && v.cols == kv_dim_ && v.rows == k.rows &&
-        k.rows == rows.rows;
+        step_rope_applies(qk, n_heads, n_kv_heads, head_dim, rope_dim, style, cos, k, v, rows) &&
+        qk.cols == (n_heads + n_kv_heads) * head_dim && k.pitch() == qk.pitch();
     if (!fusable)
       return Backend::rope_kv_store(layer, qk, n_heads, n_kv_heads, head_dim, rope_dim, style, cos,
                                     sin, k, v, rows);
@@ -585,13 +592,10 @@ class GpuBackend final : public Backend {
                          const float* sin, const Buf& k, const Buf& v, const RowLayout& rows,
                          Buf& out) override {
     bool fusable =
-        fuse_rope_attention_ && style != RopeStyle::none && in_step_ && cos == step_.cos &&
-        qk.rows == step_.rows && rope_dim / 2 == step_.rope_half && rope_dim % 16 == 0 &&
-        rope_dim <= head_dim && max_pool_pages_ > 0 && n_kv_heads * head_dim == kv_dim_ &&
-        (head_dim == 64 || head_dim == 128 || head_dim == 256) && q.ptr == qk.ptr &&
-        q.cols == n_heads * head_dim && out.cols == q.cols &&
-        k.ptr == static_cast<uint16_t*>(qk.ptr) + n_heads * head_dim && k.cols == kv_dim_ &&
-        v.cols == kv_dim_ && v.rows == k.rows && k.rows == rows.rows;
+        fuse_rope_attention_ &&
+        step_rope_applies(qk, n_heads, n_kv_heads, head_dim, rope_dim, style, cos, k, v, rows) &&
+        rope_dim % 16 == 0 && (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+        q.ptr == qk.ptr && q.cols == n_heads * head_dim && out.cols == q.cols;
     if (fusable && prefill_kernel_)  // (a run of prefill_min_rows_ may take the tiled kernel)
       for (const Run& r : runs_) fusable = fusable && r.len < prefill_min_rows_;
     if (!fusable)
