@@ -79,7 +79,10 @@ struct BwdConfig {
   // Warpgroups computing a step's dQ (64 x D): D = 128: both, 64 columns each; D = 64: one,
   // alternating by step (a 32-column half would be no 128B-swizzled MN-major operand).
   static constexpr int DqWgs = D == 128 ? 2 : 1;
-  static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32;
+  // Writer warps (producer warpgroup warps 1 .. DqWriters): each issues the bulk reduce-adds
+  // of Br / DqWriters rows (one warp issuing all 64 made the consumers wait for the tile).
+  static constexpr int DqWriters = 2;
+  static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32 * DqWriters;
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
                                        cute::Shape<cute::_64, cute::Int<D / DqWgs>, cute::Int<Bc>>,
@@ -256,15 +259,17 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         ++st;
       }
       pipe.producer_tail(st);
-    } else if (pwarp == 1 && iters > 0) {
-      // dQ writer: each step's tile, row by row (the workspace rows are Hq * D apart).
+    } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
+      // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart).
       const int lane = threadIdx.x % 32;
+      constexpr int kRowsPerWriter = Br / Cfg::DqWriters;
+      const int r0 = (pwarp - 1) * kRowsPerWriter;
       for (int it = 0; it < iters; ++it) {
         const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
         float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
-        const int rows = min(Br, kb.sq - i0);
+        const int rows = min(r0 + kRowsPerWriter, kb.sq - i0);
         dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
-        for (int r = lane; r < rows; r += 32)
+        for (int r = r0 + lane; r < rows; r += 32)
           bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
                               D * sizeof(float));
         bulk_commit();
@@ -325,19 +330,24 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
     PipeState<Stages> st;
     mma_kv.accumulate_ = GMMA::ScaleOut::One;
+    // lse and delta of a step's rows, one row per thread of each warpgroup, loaded a step
+    // ahead: raw values (rows past the sequence: lse = -inf, delta = 0), converted when
+    // stored, so that no instruction waits on the load before the next step's WGMMAs issue.
+    auto load_rows = [&](int step, float& lse, float& delta) {
+      lse = -INFINITY, delta = 0.f;
+      const int hs = hk * group + step / nm, is = (m_lo + step % nm) * Br + wtid;
+      if (step < iters && wtid < Br && is < kb.sq) {
+        const int64_t at = kb.b * a.lse_sb + hs * a.lse_sh + kb.q_row0 + is;
+        lse = a.lse[at];
+        delta = a.delta[at];
+      }
+    };
+    float lse_raw, delta_raw;
+    load_rows(0, lse_raw, delta_raw);
     for (int it = 0; it < iters; ++it) {
-      const int h = hk * group + it / nm, m = m_lo + it % nm;
+      const int m = m_lo + it % nm;
       const int i0 = m * Br;
       const int par = it % 2;
-      // This step's lse (log2 units; +inf: the row sees nothing or lies past the sequence)
-      // and delta, one row per thread of each warpgroup.
-      float l2 = INFINITY, dl = 0.f;
-      if (wtid < Br && i0 + wtid < kb.sq) {
-        const int64_t at = kb.b * a.lse_sb + h * a.lse_sh + kb.q_row0 + i0 + wtid;
-        const float lse = a.lse[at];
-        l2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        dl = a.delta[at] * a.scale;
-      }
       pipe.consumer_wait(st);
       const int s = st.index();
       warpgroup_fence_operand(tSrS);
@@ -356,11 +366,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
+      // Log2 units; +inf where the row sees nothing or lies past the sequence (P = 0).
       if (wtid < Br) {
-        smem.lse2[wgc][par][wtid] = l2;
-        smem.delta[wgc][par][wtid] = dl;
+        smem.lse2[wgc][par][wtid] = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
+        smem.delta[wgc][par][wtid] = delta_raw * a.scale;
       }
       warpgroup_barrier(kRowsBarrier0 + wgc);
+      load_rows(it + 1, lse_raw, delta_raw);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
