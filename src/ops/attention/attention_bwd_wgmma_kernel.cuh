@@ -80,8 +80,9 @@ struct BwdConfig {
   // alternating by step (a 32-column half would be no 128B-swizzled MN-major operand).
   static constexpr int DqWgs = D == 128 ? 2 : 1;
   // Writer warps (producer warpgroup warps 1 .. DqWriters): each issues the bulk reduce-adds
-  // of Br / DqWriters rows (one warp issuing all 64 made the consumers wait for the tile).
-  static constexpr int DqWriters = 2;
+  // of a third of the rows (one warp issuing all 64 made the consumers wait for the tile:
+  // the copies are issued one lane at a time).
+  static constexpr int DqWriters = 3;
   static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32 * DqWriters;
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
@@ -262,12 +263,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
       // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart).
       const int lane = threadIdx.x % 32;
-      constexpr int kRowsPerWriter = Br / Cfg::DqWriters;
+      constexpr int kRowsPerWriter = (Br + Cfg::DqWriters - 1) / Cfg::DqWriters;
       const int r0 = (pwarp - 1) * kRowsPerWriter;
       for (int it = 0; it < iters; ++it) {
         const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
         float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
-        const int rows = min(r0 + kRowsPerWriter, kb.sq - i0);
+        const int rows = min(min(r0 + kRowsPerWriter, Br), kb.sq - i0);
         dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
         for (int r = r0 + lane; r < rows; r += 32)
           bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
