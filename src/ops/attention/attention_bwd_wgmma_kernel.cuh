@@ -111,7 +111,7 @@ struct BwdConfig {
 // Named barriers (0 is __syncthreads): the dS buffer is complete (both consumer warpgroups),
 // and each warpgroup's lse / delta copy is complete.
 constexpr int kDsBarrier = 1;
-constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup
+constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup (the first step's rows)
 // The dQ tile is written (consumers -> writer warp) / has been read (writer -> consumers):
 // the consumer warpgroups that compute dQ + the writer warp.
 constexpr int kDqFullBarrier = 4;
@@ -331,9 +331,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
     PipeState<Stages> st;
     mma_kv.accumulate_ = GMMA::ScaleOut::One;
-    // lse and delta of a step's rows, one row per thread of each warpgroup, loaded a step
-    // ahead: raw values (rows past the sequence: lse = -inf, delta = 0), converted when
-    // stored, so that no instruction waits on the load before the next step's WGMMAs issue.
+    // lse and delta of a step's rows, one row per thread of each warpgroup (its own shared
+    // copy, by step parity), loaded two steps ahead and stored one step ahead, before the
+    // dS barrier that every consumer thread passes each step: no load latency and no extra
+    // barrier in a step. Raw values (rows past the sequence: lse = -inf, delta = 0) are
+    // converted when stored: lse in log2 units (+inf where the row sees nothing: P = 0),
+    // delta times the scale.
     auto load_rows = [&](int step, float& lse, float& delta) {
       lse = -INFINITY, delta = 0.f;
       const int hs = hk * group + step / nm, is = (m_lo + step % nm) * Br + wtid;
@@ -343,8 +346,17 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         delta = a.delta[at];
       }
     };
+    auto store_rows = [&](int buf, float lse, float delta) {
+      if (wtid < Br) {
+        smem.lse2[wgc][buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        smem.delta[wgc][buf][wtid] = delta * a.scale;
+      }
+    };
     float lse_raw, delta_raw;
     load_rows(0, lse_raw, delta_raw);
+    store_rows(0, lse_raw, delta_raw);
+    load_rows(1, lse_raw, delta_raw);
+    warpgroup_barrier(kRowsBarrier0 + wgc);
     for (int it = 0; it < iters; ++it) {
       const int m = m_lo + it % nm;
       const int i0 = m * Br;
@@ -367,13 +379,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      // Log2 units; +inf where the row sees nothing or lies past the sequence (P = 0).
-      if (wtid < Br) {
-        smem.lse2[wgc][par][wtid] = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
-        smem.delta[wgc][par][wtid] = delta_raw * a.scale;
-      }
-      warpgroup_barrier(kRowsBarrier0 + wgc);
-      load_rows(it + 1, lse_raw, delta_raw);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
@@ -456,6 +461,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
       // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
       // visible to the WGMMA's async proxy first).
+      store_rows(par ^ 1, lse_raw, delta_raw);  // the next step's rows (see load_rows)
+      load_rows(it + 2, lse_raw, delta_raw);
       cutlass::arch::fence_view_async_shared();
       named_barrier_sync(kDsBarrier);
       if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
