@@ -192,13 +192,12 @@ __device__ __forceinline__ bool find_seq(const BwdArgs& a, bool by_q, Seq& s) {
 // P and dS (into s and dp, in place) of one 16 x 64 fragment pair. Element e of n-tile nt
 // is (row r0 + g + 8 (e / 2), col c0 + 8 nt + 2 t + e % 2); `transposed`: rows are keys.
 // L2(i) = lse_i log2 e (+inf: the query sees nothing), delta(i) per query.
-template <bool kTransposed, class LseF, class DeltaF>
-__device__ __forceinline__ void probs_and_grads(const BwdArgs& a, float (&s)[8][4],
-                                                float (&dp)[8][4], bool need_dp, int r0, int c0,
-                                                int skv, int offset, bool need_mask, LseF L2,
-                                                DeltaF delta) {
+template <bool kTransposed, bool kCapped, bool kMasked, class LseF, class DeltaF>
+__device__ __forceinline__ void probs_and_grads_case(const BwdArgs& a, float (&s)[8][4],
+                                                     float (&dp)[8][4], bool need_dp, int r0,
+                                                     int c0, int skv, int offset, LseF L2,
+                                                     DeltaF delta) {
   const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
-  const bool capped = a.softcap > 0.f;
   const float mult = a.scale * kLog2e, cap_in = a.scale / a.softcap;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
@@ -207,14 +206,14 @@ __device__ __forceinline__ void probs_and_grads(const BwdArgs& a, float (&s)[8][
       const int r = r0 + g + 8 * (e / 2), c = c0 + 8 * nt + 2 * t + e % 2;
       const int i = kTransposed ? c : r, j = kTransposed ? r : c;
       float p, dfac = a.scale;
-      if (capped) {
+      if constexpr (kCapped) {
         const float th = tanhf(s[nt][e] * cap_in);
         p = exp2f(fmaf(a.softcap * th, kLog2e, -L2(i)));
         dfac *= 1.f - th * th;
       } else {
         p = exp2f(fmaf(s[nt][e], mult, -L2(i)));
       }
-      if (need_mask) {
+      if constexpr (kMasked) {
         bool vis = j < skv;
         if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
         if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
@@ -223,6 +222,29 @@ __device__ __forceinline__ void probs_and_grads(const BwdArgs& a, float (&s)[8][
       s[nt][e] = p;
       if (need_dp) dp[nt][e] = p * (dp[nt][e] - delta(i)) * dfac;
     }
+}
+
+// One straight-line copy of the loop per (soft-cap, mask) case: a runtime branch per element
+// on either keeps the unrolled loop from being scheduled (as in the WGMMA kernel, session 18).
+template <bool kTransposed, class LseF, class DeltaF>
+__device__ __forceinline__ void probs_and_grads(const BwdArgs& a, float (&s)[8][4],
+                                                float (&dp)[8][4], bool need_dp, int r0, int c0,
+                                                int skv, int offset, bool need_mask, LseF L2,
+                                                DeltaF delta) {
+  if (a.softcap > 0.f) {
+    if (need_mask)
+      probs_and_grads_case<kTransposed, true, true>(a, s, dp, need_dp, r0, c0, skv, offset, L2,
+                                                    delta);
+    else
+      probs_and_grads_case<kTransposed, true, false>(a, s, dp, need_dp, r0, c0, skv, offset, L2,
+                                                     delta);
+  } else if (need_mask) {
+    probs_and_grads_case<kTransposed, false, true>(a, s, dp, need_dp, r0, c0, skv, offset, L2,
+                                                   delta);
+  } else {
+    probs_and_grads_case<kTransposed, false, false>(a, s, dp, need_dp, r0, c0, skv, offset, L2,
+                                                    delta);
+  }
 }
 
 // kWhich: bit 0 accumulates dV, bit 1 dK (and dQ unless deterministic).
