@@ -69,6 +69,7 @@ struct BwdConfig {
   using SmemQ = SmemLayout<T, Major::K, Br, D, Stages>;    // Q, dO: B of S^T / dP^T
   using SmemQt = SmemLayout<T, Major::MN, D, Br, Stages>;  // the same bytes: B of dK / dV
   using SmemDS = SmemLayout<T, Major::MN, Br, Bc, 2>;      // dS (query-contiguous), A of dQ
+  using SmemDSt = SmemLayout<T, Major::K, Bc, Br, 2>;      // the same bytes as dS^T (stmatrix)
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
                                        cute::Shape<cute::_64, cute::Int<Br>, cute::Int<D>>,
@@ -300,6 +301,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQt{});
   Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemKt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDS{});
+  // dS^T goes to shared memory by stmatrix at D = 64, from the accumulator layout (per-element
+  // stores of swizzled addresses cost ~6 instructions each).
+  auto stsm_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_sdp);
+  auto thr_stsm_ds = stsm_ds.get_thread_slice(ctid);
+  Tensor tdSsdS = thr_stsm_ds.partition_D(
+      make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDSt{}));  // (CPY, M, N, 2)
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sK));    // (MMA, 1, D/16, 1)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sV));    // (MMA, 1, D/16, 1)
@@ -442,11 +449,18 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         tKVrP(ea) = static_cast<T>(tSrS(e));
         tKVrdS(ea) = static_cast<T>(tSrdP(e));
       }
-      CUTE_UNROLL
-      for (int e = 0; e < size(tSrdP); e += 2) {
-        const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-        T* p = &sdS(il, jl, par);
-        *reinterpret_cast<uint32_t*>(p) = pack_pair<T>(tSrdP(e), tSrdP(e + 1));
+      if constexpr (D == 64) {
+        // The A-operand regrouping keeps the accumulator's register order (index i0p + 2 i1 +
+        // 4 g in both), so the same registers viewed in the accumulator layout feed stmatrix.
+        cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
+                   tdSsdS(_, _, _, par));
+      } else {  // D = 128: stmatrix's addressing made ptxas serialize the WGMMAs (C7512)
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrdP); e += 2) {
+          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
+          T* p = &sdS(il, jl, par);
+          *reinterpret_cast<uint32_t*>(p) = pack_pair<T>(tSrdP(e), tSrdP(e + 1));
+        }
       }
 
       warpgroup_fence_operand(tKVrP);
