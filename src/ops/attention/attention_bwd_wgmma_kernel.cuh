@@ -24,16 +24,16 @@
 //              shared copy, a step ahead (rows past the sequence: lse = +inf, so P = 0).
 //              The P / dS loop is compiled once per (soft-cap, mask) case: straight-line
 //              code (a runtime branch per element tripled its instructions).
-// Registers (-Xptxas -v, setmaxnreg 40 / 232): D = 128 no spills; D = 64 (S^T and dP^T are
-// 64 x 128 per warpgroup) spills about 150 bytes.
+// Registers (-Xptxas -v, setmaxnreg 40 / 232): D = 128 32 bytes of spill (stored before the
+// loop, reloaded once per step where the four P / dS loop versions merge); D = 64 none.
 // Tried and slower at D = 128 (B4 H32 S4096): dV / dK left in flight across the next step's
 // S / dP (290 vs 320 TFLOP/s, 44 bytes of spills); S and dP in separate WGMMA groups with P
 // computed while dP runs (hundreds of bytes of spills; session 18, without spills: P^T formed
 // under dP^T, dV issued before dS^T, dS from the rounded P: 442 -> 409, D = 64 363 -> 313).
 // The K-major (R x C) and MN-major (C x R) 128B-swizzled layouts of tile/sm90/tma.cuh map
 // every element to the same offset, so one TMA load serves both operand roles.
-// Br = 128 (D = 64) or 64 (D = 128): the dQ WGMMA splits M (D = 64) or N (D = 128) between
-// the two warpgroups.
+// Br = 64: the dQ WGMMA splits N between the two warpgroups at D = 128; at D = 64 one
+// warpgroup computes a step's dQ, alternating by step.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
