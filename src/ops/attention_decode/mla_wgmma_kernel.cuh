@@ -1,24 +1,26 @@
-// MLA decode (absorbed form) for blocks of 64 query rows on Hopper: TMA + WGMMA, warp-specialized.
+// MLA decode (absorbed form) for blocks of 64 query rows on Hopper: TMA + WGMMA, "seesaw".
 //
-// At H = 128 the absorbed MLA decode is compute-bound for mma.sync (146 GFLOP against 0.6 GB of
-// latent cache at B = 64, 8192 tokens): this kernel moves both products to WGMMA.
-//
-// One CTA = (sequence b, block of 64 query rows, KV split); 3 warpgroups:
-//   producer  one thread TMA-loads 64-token latent tiles (64 x 576, 128B-swizzled, K-major) into
-//             a 2-stage ring: 9 boxes of 64 dims per tile (contiguous cache), or 9 per page-sized
-//             run of tokens (paged cache, pages of 8..64 tokens or multiples of 64).
-//   consumers warpgroup w (0, 1), each on its own (they meet only at the tile holding the end):
-//               S = Q · Kᵀ  (64 x 64, K = 576; SS WGMMA, Q stays in shared memory) — both
-//               warpgroups compute the whole S: with 32 tokens each the 64x32 WGMMAs ran at a
-//               fraction of their rate (1.27 TB/s), and the copy needs no exchange of maxima
-//               or of P through shared memory;
-//               online softmax in registers; P (bf16/f16) stays in registers as the A operand of
-//               O_w += P · V[:, 256w .. 256w+255]  (V = the first 512 dims of the same tile,
-//               read MN-major through a second view of the same bytes; RS WGMMA)
-//             tile n's PV and tile n+1's QKᵀ are issued together; tile n's stage is freed
-//             once its PV is done, so the next-but-one tile loads under tile n+1's work.
-// Rows past the sequence end in the last tile are zeroed in shared memory before use (a cache
-// may hold NaN there and 0 · NaN would leak into O). Outputs, split partials, lse and the
+// At H = 128 the absorbed MLA decode is compute-bound (146 GFLOP against 0.6 GB of latent cache
+// at B = 64, 8192 tokens: 242 flop per byte, about the H100's ridge), so the tensor cores must
+// never wait on a softmax. One CTA = (sequence b, block of 64 query rows, KV split), 2
+// warpgroups and no producer warpgroup (each thread may hold 255 registers):
+//   O (64 x 512) is split by columns: warpgroup 0 owns O_L (latent dims 0..255), warpgroup 1
+//   O_R (256..511). Tiles of 64 tokens go in pairs: tile a (even) always sits in stage 0 and
+//   its S = Q·Kᵀ (64 x 64, K = 576) is warpgroup 0's; tile b (odd) sits in stage 1 and its S is
+//   warpgroup 1's. Per pair:
+//     wg0: softmax(S_a) against the running max m -> m_a; O_L += P_a·V_a,L (P in registers)
+//     wg1: softmax(S_b) against m_a -> m_b; O_R += P_b·V_b,R; O_R += (P_a·2^(m_a-m_b))·V_a,R
+//     wg0: O_L += P_b·V_b,L (P_b from shared memory), then S of the next even tile
+//     wg1: S of the next odd tile
+//   so one warpgroup's softmax runs while the other's WGMMAs keep the tensor cores busy. The
+//   maxima, the O scales and the two P tiles cross through shared memory (named barriers).
+// Loads: a stage is two TMA transactions with their own mbarriers, L = dims 0..255 (V_L) and
+// R = dims 256..575 (V_R and the rope dims). Each half is refilled by the warpgroup that read it
+// last (the owner of V_L / V_R), right after its PV of that tile: the next tile's first half
+// lands while this pair still runs. Q's latent dims stay in shared memory (SS WGMMA); its 64
+// rope dims live in registers (RS WGMMA), which frees the 8 KB that the second P tile takes.
+// Rows past the sequence end in the last tile are zeroed in shared memory before their PV (a
+// cache may hold NaN there and 0 · NaN would leak into O). Outputs, split partials, lse and the
 // in-kernel merge follow decode_kernel (decode_kernel.cuh) exactly.
 #pragma once
 
@@ -35,25 +37,32 @@
 
 namespace tessel::decode::mla {
 
+// Lambdas holding WGMMAs must be inlined: a called one gets compiler-injected waits.
+#define TESSEL_LAMBDA_INLINE __attribute__((always_inline))
+
 using namespace tessel::tile::sm90;
 
 constexpr int kRow = 576, kLatent = 512;
-constexpr int kRows = 64, kTile = 64, kStages = 2, kThreads = 384;
+constexpr int kRows = 64, kTile = 64, kStages = 2, kThreads = 256;
 constexpr int kStageElems = kTile * kRow;  // 36864
 constexpr int kDimBlocks = kRow / 64;      // 128-byte TMA boxes per row
+constexpr int kBoxElems = 64 * 64;         // one 64-dim box column of a 64-token tile
+constexpr int kSplitBox = 4;               // boxes [0, 4) are the L half, [4, 9) the R half
 
 // Kernel parameters: the cache's TMA descriptor (576, tokens per unit, units): contiguous
 // (576, Smax, B) or paged (576, page_size, num_pages), and the decode arguments.
 struct alignas(64) WgArgs {
   CUtensorMap cache;
   KernelArgs a;
-  int box_rows;  // tokens per TMA box: 64, or the page size when that is smaller
+  int box_rows;   // tokens per TMA box: 64, or the page size when that is smaller
+  uint64_t hint;  // TMA L2 cache hint of the cache loads
 };
 
 template <class T_>
 struct WgCfg {
   using T = T_;
-  using SmemQ = SmemLayout<T, Major::K, kRows, kRow, 1>;        // (rows, 576)
+  using SmemQ = SmemLayout<T, Major::K, kRows, kLatent, 1>;     // (rows, 512): latent dims
+  using SmemP = SmemLayout<T, Major::K, kRows, kTile, 1>;       // (rows, tokens): a P tile
   using SmemK = SmemLayout<T, Major::K, kTile, kRow, kStages>;  // (tokens, 576, stage)
   // Warpgroup w's V operand: the MN-major view (dims, tokens) of dims 256w.. of the ring
   // (offset w·16384 elements). Same bytes as SmemK (the swizzle acts on 1024-byte aligned
@@ -67,28 +76,65 @@ struct WgCfg {
                                 cute::Stride<cute::_64, cute::_512>, cute::Int<kStageElems>>>{}));
   using MmaQK = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
-                                       cute::Shape<cute::_64, cute::_64, cute::Int<kRow>>,
+                                       cute::Shape<cute::_64, cute::_64, cute::Int<kLatent>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::K>()));
+  using MmaQKr = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, cute::_64, cute::_64>,
                                        cute::GMMA::Major::K, cute::GMMA::Major::K>()));
   using MmaPV = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, cute::_256, cute::_64>,
                                        cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
-  using Pipeline = TmaPipeline<kStages>;
+  using MmaPVs = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, cute::_256, cute::_64>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
   struct Smem {
-    alignas(1024) T q[cute::cosize_v<SmemQ>];
-    alignas(1024) T kv[cute::cosize_v<SmemK>];
-    uint4 p[4][kWarpgroupThreads];    // P of the tile, as warpgroup 0's registers (thread-major)
-    float2 scale[kWarpgroupThreads];  // per thread: the two rows' O scale (loop), then 1/l
-    typename Pipeline::SharedStorage pipe;
+    alignas(1024) T q[cute::cosize_v<SmemQ>];   // 64 KB
+    alignas(1024) T p1[cute::cosize_v<SmemP>];  // P_b: warpgroup 1 -> 0 (8 KB)
+    alignas(1024) T kv[cute::cosize_v<SmemK>];  // 2 x 72 KB
+    alignas(1024) T p0[cute::cosize_v<SmemP>];  // P_a scaled to m_b: warpgroup 0 -> 1 (8 KB)
+    float m_a[kRows], scale0[kRows];            // warpgroup 0 -> 1, per pair
+    float m_b[kRows], scale1[kRows];            // warpgroup 1 -> 0, per pair
+    float l_part[2][kRows];                     // the two halves' row sums, at the end
+    uint64_t full[kStages][2];                  // [stage][half] TMA transactions
     unsigned last;
   };
-  static constexpr uint32_t kTileBytes = kStageElems * sizeof(T);
+  static constexpr uint32_t kLBytes = kSplitBox * kBoxElems * sizeof(T);
+  static constexpr uint32_t kRBytes = (kDimBlocks - kSplitBox) * kBoxElems * sizeof(T);
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
   static_assert(kSmemBytes <= 232448, "shared memory per block");
 };
 
-// Named barriers of the two consumer warpgroups (0 is __syncthreads).
-__device__ __forceinline__ void consumers_sync(int id) {
-  asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
+// Named barriers (0 is __syncthreads). Pair protocol, each joining the 2 warpgroups (256):
+constexpr int kBarScale0 = 1;  // wg0 -> wg1: m_a, scale0 written
+constexpr int kBarScale1 = 2;  // wg1 -> wg0: m_b, scale1 written
+constexpr int kBarP0 = 3;      // wg0 -> wg1: P_a (scaled) in shared memory
+constexpr int kBarP1 = 4;      // wg1 -> wg0: P_b in shared memory (and wg1's PVs issued)
+constexpr int kBarAll = 5;     // both, epilogue
+constexpr int kBarWg0 = 6;     // warpgroup-local (128): tail zeroing
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+// A descriptor fragment whose base the compiler cannot see through: each WGMMA's descriptor is
+// then one add from it at the issue, instead of ~100 loop-invariant descriptors held in
+// registers (which spilled).
+template <class Fragment>
+__device__ __forceinline__ auto fresh(const Fragment& f) {
+  auto it = f.data();
+  asm volatile("" : "+r"(it.desc_.reg32_[0]), "+r"(it.desc_.reg32_[1]));
+  return cute::make_tensor(it, f.layout());
+}
+
+// A 16-bit bf16 / f16 value's bits as f32.
+template <class T>
+__device__ __forceinline__ float half_to_float(uint32_t bits) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __uint_as_float(bits << 16);
+  else
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
 
 // CuTe's element types for the native ones the decode kernels use.
@@ -108,6 +154,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     mla_wgmma_kernel(const __grid_constant__ WgArgs args) {
   using namespace cute;
   using Cfg = WgCfg<typename CuteType<T>::type>;
+  using E = typename Cfg::T;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
   ::tessel::tile::allow_next_grid();
   const KernelArgs& a = args.a;
@@ -134,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                             (static_cast<uint32_t>(split) * 0x85EBCA77u)) >>
                            8) %
           ntiles;
-  auto tile_start = [&](int i) {
+  auto tile_start = [&](int i) TESSEL_LAMBDA_INLINE {
     int t = i + rot;
     if (t >= ntiles) t -= ntiles;
     return begin + t * kTile;
@@ -148,89 +196,130 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
   }
 
-  // ---- Q rows of the block into shared memory (zero rows past rows_total) ----
+  const int w = warpgroup_index(), wtid = tid % kWarpgroupThreads;
+  const int lane = tid % 32, warp = warp_in_warpgroup();
+  const int row0 = warp * 16 + lane / 4;  // + 8·i1: this thread's rows of the block
+  const int col_lane = 2 * (lane % 4);    // + 8·g + i0
+
+  // ---- Q: latent dims into shared memory, rope dims into registers (zero rows past the end) ----
   cute::Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQ{});
-  for (int idx = tid; idx < kRows * (kRow / 8); idx += kThreads) {
-    const int r = idx / (kRow / 8), c = idx - r * (kRow / 8);
+  for (int idx = tid; idx < kRows * (kLatent / 8); idx += kThreads) {
+    const int r = idx / (kLatent / 8), c = idx - r * (kLatent / 8);
     const int grow = rb * kRows + r;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (grow < a.rows_total) {
       const int s = grow / a.group, h = grow - s * a.group;
-      const T* src = c < kLatent / 8 ? static_cast<const T*>(a.q0) + b * a.q0_sb + s * a.q0_ss +
-                                           h * a.q0_sh + c * 8
-                                     : static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss +
-                                           h * a.q1_sh + (c - kLatent / 8) * 8;
-      v = __ldg(reinterpret_cast<const uint4*>(src));
+      v = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.q0) + b * a.q0_sb +
+                                               s * a.q0_ss + h * a.q0_sh + c * 8));
     }
     *reinterpret_cast<uint4*>(&sQ(r, c * 8, 0)) = v;
   }
+  // The rope dims as the A operand of an RS WGMMA: ((col pair, row half, 8-col half), 1, k block).
+  cute::Tensor rQ = make_tensor<E>(Layout<Shape<Shape<_2, _2, _2>, _1, _4>>{});
+  {
+    uint32_t* rq = reinterpret_cast<uint32_t*>(rQ.data());
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) {
+      const int grow = rb * kRows + row0 + 8 * i1;
+      const bool valid = grow < a.rows_total;
+      const int s = valid ? grow / a.group : 0, h = valid ? grow - s * a.group : 0;
+      const T* src = static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss + h * a.q1_sh;
+      CUTE_UNROLL
+      for (int kb = 0; kb < 4; ++kb) CUTE_UNROLL
+      for (int i2 = 0; i2 < 2; ++i2)
+        rq[i1 + 2 * i2 + 4 * kb] =
+            valid ? __ldg(reinterpret_cast<const uint32_t*>(src + 16 * kb + 8 * i2 + col_lane))
+                  : 0u;
+    }
+  }
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s)
+      for (int hf = 0; hf < 2; ++hf) Barrier::init(&smem.full[s][hf], 1);
+    cutlass::arch::fence_barrier_init();
+  }
   cutlass::arch::fence_view_async_shared();  // generic stores -> visible to WGMMA
-
-  const int wg = warpgroup_index();
-  auto pipe =
-      make_tma_pipeline<kStages, 1>(smem.pipe, wg == 0, Cfg::kTileBytes, 2 * kWarpgroupThreads);
-  bad = __syncthreads_or(bad);  // also: barrier init and Q visible to every thread
+  bad = __syncthreads_or(bad);               // also: barrier init and Q visible to every thread
   if (bad) ntiles = 0;
 
-  if (wg == 0) {  // ---- producer ----
-    producer_registers();
-    if (warp_in_warpgroup() == 0 && elect_one() && ntiles > 0) {
-      constexpr uint64_t kHint = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-      auto st = producer_start<kStages>();
-      for (int i = 0; i < ntiles; ++i) {
-        const int t0 = tile_start(i);
-        pipe.producer_acquire(st);
-        uint64_t* bar = reinterpret_cast<uint64_t*>(pipe.producer_get_barrier(st));
-        auto* dst = smem.kv + st.index() * kStageElems;
-        if constexpr (PAGED) {
-          const int rows = args.box_rows;
-          for (int q = 0; q < kTile; q += rows) {
-            // Boxes wholly past the end load any valid page (the consumers zero those rows).
-            const int pos = t0 + q < end ? t0 + q : t0;
-            const int j = pos / a.page_size;
-            const int pg = a.block_table[b * a.bt_stride + j];
-            const int slot = pos - j * a.page_size;
-            for (int cb = 0; cb < kDimBlocks; ++cb)
-              SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * 4096 + q * 64, cb * 64,
-                                     slot, pg);
-          }
-        } else {
-          for (int cb = 0; cb < kDimBlocks; ++cb)
-            SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * 4096, cb * 64, t0, b);
-        }
-        ++st;
+  // ---- loads: one half of a tile into a stage, by one warp (lane 0 issues) ----
+  const uint64_t kHint = args.hint;
+  // Box `lane` of the tile at t0 (lanes < 64 / box_rows): its page and slot. Called early (the
+  // block-table load then has a pair's time to land) by every lane of the issuing warp.
+  auto box_src = [&](int t0, int& pg, int& slot) TESSEL_LAMBDA_INLINE {
+    pg = 0;
+    slot = 0;
+    if constexpr (PAGED) {
+      const int q = lane * args.box_rows;
+      if (q < kTile) {
+        // Boxes wholly past the end load any valid page (their rows are zeroed before use).
+        const int pos = t0 + q < end ? t0 + q : t0;
+        const int j = pos / a.page_size;
+        pg = a.block_table[b * a.bt_stride + j];
+        slot = pos - j * a.page_size;
       }
-      pipe.producer_tail(st);
     }
-    return;
+  };
+  auto load_half = [&](int stage, int half, int t0, int pg, int slot) TESSEL_LAMBDA_INLINE {
+    uint64_t* bar = &smem.full[stage][half];
+    const int cb0 = half ? kSplitBox : 0, cb1 = half ? kDimBlocks : kSplitBox;
+    if (lane == 0) Barrier::arrive_and_expect_tx(bar, half ? Cfg::kRBytes : Cfg::kLBytes);
+    E* dst = smem.kv + stage * kStageElems;
+    if constexpr (PAGED) {
+      const int rows = args.box_rows;
+      for (int q = 0, i = 0; q < kTile; q += rows, ++i) {
+        const int p = __shfl_sync(0xffffffffu, pg, i), s = __shfl_sync(0xffffffffu, slot, i);
+        if (lane == 0)
+          for (int cb = cb0; cb < cb1; ++cb)
+            SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * kBoxElems + q * 64, cb * 64,
+                                   s, p);
+      }
+    } else {
+      if (lane == 0)
+        for (int cb = cb0; cb < cb1; ++cb)
+          SM90_TMA_LOAD_3D::copy(&args.cache, bar, kHint, dst + cb * kBoxElems, cb * 64, t0, b);
+    }
+  };
+  if (tid < 32) {  // the first pair's tiles
+    int pg, slot;
+    for (int i = 0; i < min(ntiles, kStages); ++i) {
+      box_src(tile_start(i), pg, slot);
+      load_half(i, 0, tile_start(i), pg, slot);
+      load_half(i, 1, tile_start(i), pg, slot);
+    }
   }
 
-  // ---- consumers ----
-  consumer_registers();
-  const int w = wg - 1, ctid = tid - kWarpgroupThreads, wtid = ctid % kWarpgroupThreads;
-  const int lane = tid % 32, warp = warp_in_warpgroup();
+  // ---- MMA operands ----
   cute::Tensor sK = make_tensor(make_smem_ptr(smem.kv), typename Cfg::SmemK{});
   cute::Tensor sVw = make_tensor(make_smem_ptr(smem.kv + w * 16384), typename Cfg::SmemVw{});
+  // The P tile this warpgroup reads from shared memory: the other warpgroup's.
+  cute::Tensor sPin = make_tensor(make_smem_ptr(w == 0 ? smem.p1 : smem.p0), typename Cfg::SmemP{});
+  cute::Tensor sPout =
+      make_tensor(make_smem_ptr(w == 0 ? smem.p0 : smem.p1), typename Cfg::SmemP{});
   typename Cfg::MmaQK mma_qk;
+  typename Cfg::MmaQKr mma_qkr;
   typename Cfg::MmaPV mma_pv;
+  typename Cfg::MmaPVs mma_pvs;
   auto thr_qk = mma_qk.get_slice(wtid);
+  auto thr_qkr = mma_qkr.get_slice(wtid);
   auto thr_pv = mma_pv.get_slice(wtid);
-  cute::Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ));    // (MMA, 1, 36, 1)
-  cute::Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));    // (MMA, 1, 36, stage)
-  cute::Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVw));   // (MMA, 1, 4, stage)
-  cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<_64, _64>{});   // ((2,2,8),1,1)
-  cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<_64, _256>{});  // ((2,2,32),1,1)
+  auto thr_pvs = mma_pvs.get_slice(wtid);
+  cute::Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ));      // (MMA, 1, 32, 1)
+  cute::Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));      // (MMA, 1, 36, stage)
+  cute::Tensor tSrKr = thr_qkr.make_fragment_B(thr_qkr.partition_B(sK));   // (MMA, 1, 36, stage)
+  cute::Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVw));     // (MMA, 1, 4, stage)
+  cute::Tensor tOsV = thr_pvs.make_fragment_B(thr_pvs.partition_B(sVw));   // (MMA, 1, 4, stage)
+  cute::Tensor tOsP = thr_pvs.make_fragment_A(thr_pvs.partition_A(sPin));  // (MMA, 1, 4, 1)
+  cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<_64, _64>{});     // ((2,2,8),1,1)
+  cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<_64, _256>{});    // ((2,2,32),1,1)
   // P as the A operand of the RS WGMMA: the accumulator's (col pair, row half, 8-col group)
   // regrouped as ((col pair, row half, 8-col half of a 16-wide k block), 1, k block).
-  cute::Tensor tOrP = make_tensor<typename Cfg::T>(Layout<Shape<Shape<_2, _2, _2>, _1, _4>>{});
-  auto S = [&](int i0, int i1, int g) -> float& {
+  cute::Tensor tOrP = make_tensor<E>(Layout<Shape<Shape<_2, _2, _2>, _1, _4>>{});
+  auto S = [&](int i0, int i1, int g) TESSEL_LAMBDA_INLINE -> float& {
     return tSrS(make_coord(make_coord(i0, i1, g), 0, 0));
   };
-  auto O = [&](int i0, int i1, int g) -> float& {
+  auto O = [&](int i0, int i1, int g) TESSEL_LAMBDA_INLINE -> float& {
     return tOrO(make_coord(make_coord(i0, i1, g), 0, 0));
   };
-  const int row0 = warp * 16 + lane / 4;  // + 8·i1: this thread's rows of the block
-  const int col_lane = 2 * (lane % 4);    // + 8·g + i0
 
   // Causal limit (inclusive) of the thread's rows, and the block's smallest (decides masking).
   int lim[2];
@@ -243,41 +332,66 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   CUTE_UNROLL
   for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.f;
+  mma_qkr.accumulate_ = GMMA::ScaleOut::One;
+  mma_pv.accumulate_ = GMMA::ScaleOut::One;
+  mma_pvs.accumulate_ = GMMA::ScaleOut::One;
 
-  // Rows of a tile past the range end: zeroed once the tile has landed (all 256 consumers).
-  auto zero_tail = [&](int stage, int t0) {
-    const int valid = end - t0;
-    if (valid >= kTile) return;
-    for (int idx = wtid; idx < (kTile - valid) * (kRow / 8); idx += kWarpgroupThreads) {
-      const int r = valid + idx / (kRow / 8), c = idx % (kRow / 8);
-      *reinterpret_cast<uint4*>(&sK(r, c * 8, stage)) = make_uint4(0, 0, 0, 0);
-    }
-    cutlass::arch::fence_view_async_shared();
-    asm volatile("bar.sync 3, 128;" ::: "memory");  // warpgroup 0 only
-  };
-  auto issue_qk = [&](int stage) {
-    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+  // S = Q·Kᵀ of the tile in `stage`, in two commit groups: dims 0..255 once the L half has
+  // landed, then 256..575 (the rope dims with Q from registers) once the R half has.
+  auto qk_l = [&](int stage, int ph) TESSEL_LAMBDA_INLINE {
+    Barrier::wait(&smem.full[stage][0], ph);
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
+    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+    auto fQ = fresh(tSrQ);
+    auto fK = fresh(tSrK);
     CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
-      cute::gemm(mma_qk, tSrQ(_, _, kb, 0), tSrK(_, _, kb, stage), tSrS);
+    for (int kb = 0; kb < 16; ++kb) {
+      cute::gemm(mma_qk, fQ(_, _, kb, 0), fK(_, _, kb, stage), tSrS);
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
   };
-  auto issue_pv = [&](int stage) {
+  auto qk_r = [&](int stage, int ph) TESSEL_LAMBDA_INLINE {
+    Barrier::wait(&smem.full[stage][1], ph);
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+    auto fQ = fresh(tSrQ);
+    auto fK = fresh(tSrK);
+    auto fKr = fresh(tSrKr);
+    CUTE_UNROLL
+    for (int kb = 16; kb < 32; ++kb) cute::gemm(mma_qk, fQ(_, _, kb, 0), fK(_, _, kb, stage), tSrS);
+    CUTE_UNROLL
+    for (int kb = 0; kb < 4; ++kb)
+      cute::gemm(mma_qkr, rQ(_, _, kb), fKr(_, _, 32 + kb, stage), tSrS);
+    warpgroup_commit_batch();
+  };
+  auto qk_done = [&] TESSEL_LAMBDA_INLINE {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+  };
+  // O_half += P·V_half of the tile in `stage`: P from registers, or the other warpgroup's P.
+  auto pv_regs = [&](int stage) TESSEL_LAMBDA_INLINE {
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
     warpgroup_arrive();
+    auto fV = fresh(tOrV);
     CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tOrP); ++kb)
-      cute::gemm(mma_pv, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
+    for (int kb = 0; kb < 4; ++kb) cute::gemm(mma_pv, tOrP(_, _, kb), fV(_, _, kb, stage), tOrO);
+    warpgroup_commit_batch();
+  };
+  auto pv_smem = [&](int stage) TESSEL_LAMBDA_INLINE {
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+    auto fP = fresh(tOsP);
+    auto fV = fresh(tOsV);
+    CUTE_UNROLL
+    for (int kb = 0; kb < 4; ++kb) cute::gemm(mma_pvs, fP(_, _, kb, 0), fV(_, _, kb, stage), tOrO);
     warpgroup_commit_batch();
   };
 
-  // Scale and mask S of the tile at t0 (log2 units), and this half's row maxima.
-  auto scale_mask_max = [&](int t0, float(&mx)[2]) {
+  // Scale and mask S of the tile at t0 (log2 units), and the rows' maxima over the tile.
+  auto scale_mask_max = [&](int t0, float(&mx)[2]) TESSEL_LAMBDA_INLINE {
     const bool need_mask = t0 + kTile > end || t0 + kTile - 1 > lim_min;
     CUTE_UNROLL
     for (int i1 = 0; i1 < 2; ++i1) {
@@ -297,134 +411,242 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[i1] = fmaxf(mx[i1], __shfl_xor_sync(0xffffffffu, mx[i1], 2));
     }
   };
-  // Running max, P (in registers: the A operand of the PV WGMMA), running sums; O rescaled
-  // (its previous PV has finished).
-  auto softmax_to_p = [&](const float(&mx)[2], float(&alpha)[2]) {
+  // The running max moves only by more than 2^8 (see attention_fwd_kernel.cuh): most tiles then
+  // skip the rescale of O. (-inf - -inf is NaN: no move.)
+  auto new_max = [](float mx, float m) TESSEL_LAMBDA_INLINE { return mx - m > 8.f ? mx : m; };
+  auto ratio = [](float m_old, float m_new) TESSEL_LAMBDA_INLINE {
+    return m_new == m_old ? 1.f : tile::exp2_ftz(m_old - m_new);
+  };
+  // S <- P = 2^(S - m) in f32, its bf16/f16 copy in tOrP, the rows' sums.
+  auto exp_rows = [&](const float(&m)[2], float(&sum)[2]) TESSEL_LAMBDA_INLINE {
     CUTE_UNROLL
     for (int i1 = 0; i1 < 2; ++i1) {
-      // The running max moves only by more than 2^8 (see attention_fwd_kernel.cuh): most
-      // tiles then skip the rescale of O's 128 registers. (-inf - -inf is NaN: no move.)
-      const float mn = mx[i1] - m_run[i1] > 8.f ? mx[i1] : m_run[i1];
-      alpha[i1] = mn == m_run[i1] ? 1.f : tile::exp2_ftz(m_run[i1] - mn);
-      const float ms = mn == -INFINITY ? 0.f : mn;
-      float sum = 0.f;
+      const float ms = m[i1] == -INFINITY ? 0.f : m[i1];
+      sum[i1] = 0.f;
       CUTE_UNROLL
       for (int g = 0; g < 8; ++g) CUTE_UNROLL
       for (int i0 = 0; i0 < 2; ++i0) {
         const float p = tile::exp2_ftz(S(i0, i1, g) - ms);
-        sum += p;
-        tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<typename Cfg::T>(p);
+        S(i0, i1, g) = p;
+        sum[i1] += p;
+        tOrP(make_coord(make_coord(i0, i1, g % 2), 0, g / 2)) = static_cast<E>(p);
       }
-      l_run[i1] = l_run[i1] * alpha[i1] + sum;
-      m_run[i1] = mn;
     }
   };
-  auto rescale_o = [&](const float(&alpha)[2]) {
-    if (alpha[0] != 1.f || alpha[1] != 1.f) {  // most tiles once the maxima settle
+  auto scale_o = [&](const float(&f)[2]) TESSEL_LAMBDA_INLINE {
+    if (f[0] != 1.f || f[1] != 1.f) {  // most tiles once the maxima settle
       CUTE_UNROLL
       for (int g = 0; g < 32; ++g) CUTE_UNROLL
       for (int i1 = 0; i1 < 2; ++i1) {
-        O(0, i1, g) *= alpha[i1];
-        O(1, i1, g) *= alpha[i1];
+        O(0, i1, g) *= f[i1];
+        O(1, i1, g) *= f[i1];
       }
     }
   };
-  uint4* p_regs = reinterpret_cast<uint4*>(tOrP.data());  // 4 k blocks x 8 values
-
-  // Warpgroup 0 computes S = Q·Kᵀ (64 x 64, K = 576; one SS WGMMA chain per tile) and the
-  // online softmax, and hands P and the rows' O scales to warpgroup 1 through shared memory
-  // (named barriers: kPFull 0 -> 1, kPEmpty 1 -> 0). Each warpgroup accumulates its 256
-  // columns of O = P·V with P in registers (RS WGMMA). Warpgroup 0 issues tile i's PV with
-  // tile i+1's QKᵀ; a stage is released by both once their PV of it has finished.
-  constexpr int kPFull = 1, kPEmpty = 2;
-  mma_pv.accumulate_ = GMMA::ScaleOut::One;
-  if (w == 0) {
-    if (ntiles > 0) {
-      PipeState<kStages> st;
-      float mx[2], alpha[2] = {1.f, 1.f};
-      pipe.consumer_wait(st);
-      zero_tail(st.index(), tile_start(0));
-      issue_qk(st.index());
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
-      auto hand_over = [&]() {
-        asm volatile("bar.sync %0, 256;" ::"n"(kPEmpty) : "memory");
-        CUTE_UNROLL
-        for (int kb = 0; kb < 4; ++kb) smem.p[kb][wtid] = p_regs[kb];
-        smem.scale[wtid] = make_float2(alpha[0], alpha[1]);
-        asm volatile("bar.arrive %0, 256;" ::"n"(kPFull) : "memory");
-      };
-      // No branch between a WGMMA's issue and its wait (ptxas would serialize them).
-      for (int i = 0; i + 1 < ntiles; ++i) {
-        scale_mask_max(tile_start(i), mx);
-        softmax_to_p(mx, alpha);
-        hand_over();
-        rescale_o(alpha);
-        PipeState<kStages> st_next = st;
-        ++st_next;
-        pipe.consumer_wait(st_next);
-        zero_tail(st_next.index(), tile_start(i + 1));
-        issue_pv(st.index());
-        issue_qk(st_next.index());
-        warpgroup_wait<1>();
-        warpgroup_fence_operand(tOrO);
-        pipe.consumer_release(st);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        st = st_next;
-      }
-      scale_mask_max(tile_start(ntiles - 1), mx);
-      softmax_to_p(mx, alpha);
-      hand_over();
-      rescale_o(alpha);
-      issue_pv(st.index());
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrO);
-      pipe.consumer_release(st);
+  // P·f (rows) from its bf16/f16 copy into this warpgroup's outgoing P tile, visible to the
+  // other's WGMMA (f is 1 but when a row's max moved: then P is rounded twice). The f32 S is
+  // not kept for this: it would hold 32 more registers across the PV.
+  auto store_p = [&](const float(&f)[2]) TESSEL_LAMBDA_INLINE {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(tOrP.data());
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+    for (int g = 0; g < 8; ++g) {
+      // tOrP ((i0, i1, g % 2), 0, g / 2): the 32-bit word i1 + 2 (g % 2) + 4 (g / 2) = i1 + 2 g
+      uint32_t v = words[i1 + 2 * g];
+      if (f[i1] != 1.f)
+        v = pack2<T>(half_to_float<T>(v & 0xffffu) * f[i1], half_to_float<T>(v >> 16) * f[i1]);
+      *reinterpret_cast<uint32_t*>(&sPout(row0 + 8 * i1, 8 * g + col_lane, 0)) = v;
     }
-  } else {
-    asm volatile("bar.arrive %0, 256;" ::"n"(kPEmpty) : "memory");  // the P buffer starts free
-    PipeState<kStages> st;
-    for (int i = 0; i < ntiles; ++i) {
-      pipe.consumer_wait(st);  // the stage's bytes, for this warpgroup's WGMMA
-      asm volatile("bar.sync %0, 256;" ::"n"(kPFull) : "memory");
-      CUTE_UNROLL
-      for (int kb = 0; kb < 4; ++kb) p_regs[kb] = smem.p[kb][wtid];
-      const float2 sc = smem.scale[wtid];
-      asm volatile("bar.arrive %0, 256;" ::"n"(kPEmpty) : "memory");
-      const float alpha[2] = {sc.x, sc.y};
-      rescale_o(alpha);
-      issue_pv(st.index());
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrO);
-      pipe.consumer_release(st);
-      ++st;
+    cutlass::arch::fence_view_async_shared();
+  };
+  // Rows of the tile at t0 past the range end, in this warpgroup's V half (boxes 4w .. 4w+3)
+  // of `stage`, zeroed once that half has landed (phase ph) and before this warpgroup's PV.
+  auto zero_tail = [&](int stage, int t0, int ph) TESSEL_LAMBDA_INLINE {
+    const int valid = end - t0;
+    if (valid >= kTile) return;
+    Barrier::wait(&smem.full[stage][w], ph);
+    for (int idx = wtid; idx < (kTile - valid) * 32; idx += kWarpgroupThreads) {
+      const int r = valid + idx / 32, c = w * 32 + idx % 32;  // 16-byte chunk c of the row
+      *reinterpret_cast<uint4*>(&sK(r, c * 8, stage)) = make_uint4(0, 0, 0, 0);
     }
-  }
+    cutlass::arch::fence_view_async_shared();
+    bar_sync(kBarWg0 + w, kWarpgroupThreads);
+  };
+  auto row_store = [&](float* dst, const float(&v)[2]) TESSEL_LAMBDA_INLINE {
+    if (lane % 4 == 0) {
+      dst[row0] = v[0];
+      dst[row0 + 8] = v[1];
+    }
+  };
+  auto row_load = [&](const float* src, float(&v)[2]) TESSEL_LAMBDA_INLINE {
+    v[0] = src[row0];
+    v[1] = src[row0 + 8];
+  };
 
-  // ---- epilogue: row sums of the two halves, normalize, store (or write the split partial) ----
-  // Row sums (and maxima, for the lse) live in warpgroup 0: handed over like a tile's P.
-  if (w == 0) {
+  // Warpgroup 0's half of pair j (tiles a = 2j, b = 2j + 1; S_a computed on entry). The
+  // template flags: tile b exists, the next pair's a / b exist. No branch between a WGMMA's
+  // issue and its wait other than the barrier waits (ptxas would serialize the WGMMAs).
+  auto wg0_pair = [&](auto has_b, auto next_a, auto next_b, int j) TESSEL_LAMBDA_INLINE {
+    constexpr bool HasB = decltype(has_b)::value, NextA = decltype(next_a)::value,
+                   NextB = decltype(next_b)::value;
+    const int ph = j & 1, phn = ph ^ 1;
+    const int ta = tile_start(2 * j);
+    int pga = 0, sla = 0, pgb = 0, slb = 0;
+    if (NextA && warp == 0) box_src(tile_start(2 * j + 2), pga, sla);
+    if (NextB && warp == 0) box_src(tile_start(2 * j + 3), pgb, slb);
+    float mx[2], mn[2], f0[2], f1[2], sum[2];
+    scale_mask_max(ta, mx);
     CUTE_UNROLL
     for (int i1 = 0; i1 < 2; ++i1) {
-      float l = l_run[i1];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      l_run[i1] = l;
+      mn[i1] = new_max(mx[i1], m_run[i1]);
+      f0[i1] = ratio(m_run[i1], mn[i1]);
     }
-    asm volatile("bar.sync %0, 256;" ::"n"(kPEmpty) : "memory");
-    smem.scale[wtid] = make_float2(l_run[0], l_run[1]);
-    smem.p[0][wtid] = make_uint4(__float_as_uint(m_run[0]), __float_as_uint(m_run[1]), 0, 0);
-    asm volatile("bar.arrive %0, 256;" ::"n"(kPFull) : "memory");
-  } else {
-    asm volatile("bar.sync %0, 256;" ::"n"(kPFull) : "memory");
-    const float2 l = smem.scale[wtid];
-    const uint4 m = smem.p[0][wtid];
-    l_run[0] = l.x;
-    l_run[1] = l.y;
-    m_run[0] = __uint_as_float(m.x);
-    m_run[1] = __uint_as_float(m.y);
+    exp_rows(mn, sum);
+    row_store(smem.m_a, mn);
+    row_store(smem.scale0, f0);
+    bar_arrive(kBarScale0, 2 * kWarpgroupThreads);
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) l_run[i1] = l_run[i1] * f0[i1] + sum[i1];
+    scale_o(f0);
+    zero_tail(0, ta, ph);
+    pv_regs(0);
+    // P_a relative to m_b for warpgroup 1's O_R, while PV_L(a) runs (it only reads tOrP).
+    bar_sync(kBarScale1, 2 * kWarpgroupThreads);
+    row_load(smem.scale1, f1);
+    row_load(smem.m_b, m_run);
+    store_p(f1);
+    bar_arrive(kBarP0, 2 * kWarpgroupThreads);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    if (NextA && warp == 0) load_half(0, 0, tile_start(2 * j + 2), pga, sla);
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) l_run[i1] *= f1[i1];
+    scale_o(f1);
+    bar_sync(kBarP1, 2 * kWarpgroupThreads);
+    if constexpr (HasB) {
+      zero_tail(1, tile_start(2 * j + 1), ph);
+      pv_smem(1);
+    }
+    if constexpr (NextA) qk_l(0, phn);
+    if constexpr (HasB) {
+      warpgroup_wait<NextA ? 1 : 0>();
+      warpgroup_fence_operand(tOrO);
+      if (NextB && warp == 0) load_half(1, 0, tile_start(2 * j + 3), pgb, slb);
+    }
+    if constexpr (NextA) {
+      qk_r(0, phn);
+      qk_done();
+    }
+  };
+  // Warpgroup 1's half of pair j (S_b computed on entry when b exists).
+  auto wg1_pair = [&](auto has_b, auto next_a, auto next_b, int j) TESSEL_LAMBDA_INLINE {
+    constexpr bool HasB = decltype(has_b)::value, NextA = decltype(next_a)::value,
+                   NextB = decltype(next_b)::value;
+    const int ph = j & 1, phn = ph ^ 1;
+    int pga = 0, sla = 0, pgb = 0, slb = 0;
+    if (NextA && warp == 0) box_src(tile_start(2 * j + 2), pga, sla);
+    if (NextB && warp == 0) box_src(tile_start(2 * j + 3), pgb, slb);
+    float mx[2] = {-INFINITY, -INFINITY}, ma[2], mn[2], f0[2], f1[2], fo[2];
+    float sum[2] = {0.f, 0.f};
+    if constexpr (HasB) scale_mask_max(tile_start(2 * j + 1), mx);
+    bar_sync(kBarScale0, 2 * kWarpgroupThreads);
+    row_load(smem.m_a, ma);
+    row_load(smem.scale0, f0);
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) {
+      mn[i1] = new_max(mx[i1], ma[i1]);
+      f1[i1] = ratio(ma[i1], mn[i1]);
+      fo[i1] = f0[i1] * f1[i1];
+    }
+    row_store(smem.m_b, mn);
+    row_store(smem.scale1, f1);
+    bar_arrive(kBarScale1, 2 * kWarpgroupThreads);
+    if constexpr (HasB) exp_rows(mn, sum);
+    CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) {
+      l_run[i1] = l_run[i1] * fo[i1] + sum[i1];
+      m_run[i1] = mn[i1];
+    }
+    scale_o(fo);
+    zero_tail(0, tile_start(2 * j), ph);
+    if constexpr (HasB) zero_tail(1, tile_start(2 * j + 1), ph);
+    // PV_R(a) first: stage 0's R half is then refilled as early as possible.
+    bar_sync(kBarP0, 2 * kWarpgroupThreads);
+    pv_smem(0);
+    if constexpr (HasB) {
+      const float one[2] = {1.f, 1.f};
+      store_p(one);  // P_b for warpgroup 0's O_L
+      pv_regs(1);
+    }
+    bar_arrive(kBarP1, 2 * kWarpgroupThreads);
+    warpgroup_wait<HasB ? 1 : 0>();
+    warpgroup_fence_operand(tOrO);
+    if (NextA && warp == 0) load_half(0, 1, tile_start(2 * j + 2), pga, sla);
+    if constexpr (HasB) {
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      if (NextB && warp == 0) load_half(1, 1, tile_start(2 * j + 3), pgb, slb);
+    }
+    if constexpr (NextB) {
+      qk_l(1, phn);
+      qk_r(1, phn);
+      qk_done();
+    }
+  };
+
+  // ---- main loop: S of the first pair, then the pairs ----
+  using T1 = cute::true_type;
+  using F0 = cute::false_type;
+  // Warpgroup w computes S of tile w (stage w, first phase); stage indices stay compile-time
+  // constants (a runtime one would put the descriptor arrays in local memory).
+  if (w == 0) {
+    if (ntiles > 0) {
+      qk_l(0, 0);
+      qk_r(0, 0);
+      qk_done();
+    }
+  } else if (ntiles > 1) {
+    qk_l(1, 0);
+    qk_r(1, 0);
+    qk_done();
   }
+  const int npairs = (ntiles + 1) / 2;
+  for (int j = 0; j < npairs; ++j) {
+    const int left = ntiles - 2 * j;  // tiles from a on
+    if (w == 0) {
+      if (left >= 4)
+        wg0_pair(T1{}, T1{}, T1{}, j);
+      else if (left == 3)
+        wg0_pair(T1{}, T1{}, F0{}, j);
+      else if (left == 2)
+        wg0_pair(T1{}, F0{}, F0{}, j);
+      else
+        wg0_pair(F0{}, F0{}, F0{}, j);
+    } else {
+      if (left >= 4)
+        wg1_pair(T1{}, T1{}, T1{}, j);
+      else if (left == 3)
+        wg1_pair(T1{}, T1{}, F0{}, j);
+      else if (left == 2)
+        wg1_pair(T1{}, F0{}, F0{}, j);
+      else
+        wg1_pair(F0{}, F0{}, F0{}, j);
+    }
+  }
+
+  // ---- epilogue: the two halves' row sums, normalize, store (or write the split partial) ----
+  CUTE_UNROLL
+  for (int i1 = 0; i1 < 2; ++i1) {
+    float l = l_run[i1];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_run[i1] = l;
+  }
+  row_store(smem.l_part[w], l_run);
+  bar_sync(kBarAll, 2 * kWarpgroupThreads);
+  CUTE_UNROLL
+  for (int i1 = 0; i1 < 2; ++i1)
+    l_run[i1] = smem.l_part[0][row0 + 8 * i1] + smem.l_part[1][row0 + 8 * i1];
   const int rows_global = a.batch * a.sq * a.hq;
   CUTE_UNROLL
   for (int i1 = 0; i1 < 2; ++i1) {
@@ -458,17 +680,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (a.part_o == nullptr || a.tickets == nullptr) return;
   // The last of the num_splits CTAs of (b, row block) merges the partials (as decode_kernel).
   __threadfence();
-  consumers_sync(4);
-  if (ctid == 0) {
+  __syncthreads();
+  if (tid == 0) {
     unsigned* t = a.tickets + static_cast<int64_t>(b) * a.row_blocks + rb;
     const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
     if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
     smem.last = last;
   }
-  consumers_sync(4);
+  __syncthreads();
   if (!smem.last) return;
   __threadfence();
-  for (int row = ctid / 32; row < kRows; row += 8) {
+  for (int row = tid / 32; row < kRows; row += kThreads / 32) {
     const int grow = rb * kRows + row;
     if (grow >= a.rows_total) break;
     const int s = grow / a.group, h = grow - s * a.group;
@@ -480,6 +702,28 @@ __global__ void __launch_bounds__(kThreads, 1)
 // 8..64 tokens dividing 64 or of a multiple of 64 tokens (others take decode_kernel).
 inline bool wgmma_supported(bool paged, int64_t page_size) {
   return !paged || (page_size >= 8 && 64 % page_size == 0) || page_size % 64 == 0;
+}
+
+// TMA L2 promotion and cache hint of the latent loads (TESSEL_MLA_L2_PROMOTION = 0 / 64 / 128 /
+// 256, TESSEL_MLA_EVICT_FIRST = 1: for A/B runs).
+inline CUtensorMapL2promotion l2_promotion() {
+  static const CUtensorMapL2promotion p = [] {
+    const char* e = std::getenv("TESSEL_MLA_L2_PROMOTION");
+    const int v = e ? std::atoi(e) : 128;
+    return v == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+           : v == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+           : v == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                      : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  }();
+  return p;
+}
+inline uint64_t cache_hint() {
+  static const uint64_t h = [] {
+    const char* e = std::getenv("TESSEL_MLA_EVICT_FIRST");
+    return static_cast<uint64_t>(e && e[0] == '1' ? cute::TMA::CacheHintSm90::EVICT_FIRST
+                                                  : cute::TMA::CacheHintSm90::EVICT_NORMAL);
+  }();
+  return h;
 }
 
 // Host: descriptor, splits (launch_decode's heuristic with one CTA per SM), launch, and the
@@ -504,6 +748,7 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
                               static_cast<cuuint64_t>(units)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s_tok * sizeof(T)),
                                  static_cast<cuuint64_t>(s_unit * sizeof(T))};
+  args.hint = cache_hint();
   args.box_rows = PAGED ? static_cast<int>(std::min<int64_t>(g.page_size, kTile)) : kTile;
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(args.box_rows), 1};
   const cuuint32_t estr[3] = {1, 1, 1};
@@ -512,8 +757,7 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
       std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
       3, const_cast<void*>(cache), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      CU_TENSOR_MAP_SWIZZLE_128B, l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (cr != CUDA_SUCCESS)
     throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op +
                                        ": cuTensorMapEncodeTiled failed (CUresult " +
