@@ -56,6 +56,11 @@ struct alignas(64) WgArgs {
   KernelArgs a;
   int box_rows;   // tokens per TMA box: 64, or the page size when that is smaller
   uint64_t hint;  // TMA L2 cache hint of the cache loads
+  // L2 prefetch of whole tiles `prefetch` tiles ahead (0: off), where a tile's 64 rows are
+  // contiguous bytes: the cache's base, bytes per token and per unit (sequence or page).
+  int prefetch;
+  const char* base;
+  int64_t tok_bytes, unit_bytes;
 };
 
 template <class T_>
@@ -494,6 +499,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     int pga = 0, sla = 0, pgb = 0, slb = 0;
     if (NextA && warp == 0) box_src(tile_start(2 * j + 2), pga, sla);
     if (NextB && warp == 0) box_src(tile_start(2 * j + 3), pgb, slb);
+    // Whole-tile L2 prefetches of tiles 2j + args.prefetch and the one after (their addresses
+    // loaded now, issued after the softmax).
+    const char* pf[2] = {nullptr, nullptr};
+    int pf_bytes[2] = {0, 0};
+    if (args.prefetch > 0 && warp == 0 && lane == 0) {
+      for (int u = 0; u < 2; ++u) {
+        const int t = 2 * j + args.prefetch + u;
+        if (t >= ntiles) break;
+        const int t0 = tile_start(t);
+        const int rows = min(kTile, end - t0);
+        if constexpr (PAGED) {
+          const int jp = t0 / a.page_size;
+          pf[u] = args.base + a.block_table[b * a.bt_stride + jp] * args.unit_bytes +
+                  (t0 - jp * a.page_size) * args.tok_bytes;
+        } else {
+          pf[u] = args.base + b * args.unit_bytes + t0 * args.tok_bytes;
+        }
+        pf_bytes[u] = rows * static_cast<int>(args.tok_bytes);
+      }
+    }
     float mx[2], mn[2], f0[2], f1[2], sum[2];
     scale_mask_max(ta, mx);
     CUTE_UNROLL
@@ -505,6 +530,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     row_store(smem.m_a, mn);
     row_store(smem.scale0, f0);
     bar_arrive(kBarScale0, 2 * kWarpgroupThreads);
+    for (int u = 0; u < 2; ++u)
+      if (pf_bytes[u] > 0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf[u]), "r"(pf_bytes[u])
+                     : "memory");
     CUTE_UNROLL
     for (int i1 = 0; i1 < 2; ++i1) l_run[i1] = l_run[i1] * f0[i1] + sum[i1];
     scale_o(f0);
@@ -749,6 +778,18 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s_tok * sizeof(T)),
                                  static_cast<cuuint64_t>(s_unit * sizeof(T))};
   args.hint = cache_hint();
+  {
+    static const int prefetch = [] {
+      const char* e = std::getenv("TESSEL_MLA_PREFETCH");
+      return e ? std::atoi(e) : 2;
+    }();
+    // Whole-tile prefetches need a tile's 64 rows to be one run of bytes.
+    const bool rows_contiguous = s_tok == kRow && (!PAGED || g.page_size % kTile == 0);
+    args.prefetch = rows_contiguous ? prefetch : 0;
+    args.base = static_cast<const char*>(cache);
+    args.tok_bytes = s_tok * static_cast<int64_t>(sizeof(T));
+    args.unit_bytes = s_unit * static_cast<int64_t>(sizeof(T));
+  }
   args.box_rows = PAGED ? static_cast<int>(std::min<int64_t>(g.page_size, kTile)) : kTile;
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(args.box_rows), 1};
   const cuuint32_t estr[3] = {1, 1, 1};
