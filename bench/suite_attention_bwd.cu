@@ -1,7 +1,7 @@
 // Bench suite "attention_bwd": the attention backward (op attention_bwd), bf16, B=4, H=32,
-// S=4096, head dims 128 and 64, causal and not, plus a GQA case. The default mode runs the
-// WGMMA dk/dv kernel; check_detail also gives the default mode forced onto the mma.sync
-// kernels (TESSEL_ATTENTION_BWD_PATH=mma).
+// S=4096, head dims 128 and 64 (and 256 with 16 heads), causal and not, plus a GQA case. The
+// default mode runs the WGMMA dk/dv kernel; check_detail also gives the default mode forced onto
+// the mma.sync kernels (TESSEL_ATTENTION_BWD_PATH=mma).
 //
 // TFLOP/s counts 2.5 x the forward's 4 * B * Hq * Sq * Skv * D flops (the FlashAttention
 // convention: five matmuls of the forward's two's size), halved for causal.
@@ -113,6 +113,8 @@ void run_attention_bwd_suite(SuiteContext& ctx) {
   for (int64_t d : {128, 64})
     for (bool causal : {false, true}) attention_bwd_case(ctx, 4, 32, 32, 4096, d, causal);
   attention_bwd_case(ctx, 4, 32, 8, 4096, 128, true);  // GQA 4
+  // Head dim 256 (Gemma-style): half the heads, the same flops as D128.
+  for (bool causal : {false, true}) attention_bwd_case(ctx, 4, 16, 16, 4096, 256, causal);
 }
 
 }  // namespace
@@ -120,7 +122,7 @@ void run_attention_bwd_suite(SuiteContext& ctx) {
 TESSEL_BENCH_SUITE(
     "attention_bwd",
     "attention backward (WGMMA dk/dv kernel; mma.sync in check_detail), bf16, B4 H32 S4096 "
-    "D128/64, causal and not, vs tessel's deterministic mode",
+    "D128/64 (H16 at D256), causal and not, vs tessel's deterministic mode",
     run_attention_bwd_suite);
 
 }  // namespace tessel::bench
