@@ -843,3 +843,5 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
 }
 
 }  // namespace tessel::decode::mla
+
+#undef TESSEL_LAMBDA_INLINE
