@@ -9,7 +9,7 @@
 //   its S = Q·Kᵀ (64 x 64, K = 576) is warpgroup 0's; tile b (odd) sits in stage 1 and its S is
 //   warpgroup 1's. Per pair:
 //     wg0: softmax(S_a) against the running max m -> m_a; O_L += P_a·V_a,L (P in registers)
-//     wg1: softmax(S_b) against m_a -> m_b; O_R += P_b·V_b,R; O_R += (P_a·2^(m_a-m_b))·V_a,R
+//     wg1: softmax(S_b) against m_a -> m_b; O_R += (P_a·2^(m_a-m_b))·V_a,R, then P_b·V_b,R
 //     wg0: O_L += P_b·V_b,L (P_b from shared memory), then S of the next even tile
 //     wg1: S of the next odd tile
 //   so one warpgroup's softmax runs while the other's WGMMAs keep the tensor cores busy. The
@@ -17,11 +17,12 @@
 // Loads: a stage is two TMA transactions with their own mbarriers, L = dims 0..255 (V_L) and
 // R = dims 256..575 (V_R and the rope dims). Each half is refilled by the warpgroup that read it
 // last (the owner of V_L / V_R), right after its PV of that tile: the next tile's first half
-// lands while this pair still runs. Q's latent dims stay in shared memory (SS WGMMA); its 64
-// rope dims live in registers (RS WGMMA), which frees the 8 KB that the second P tile takes.
-// Rows past the sequence end in the last tile are zeroed in shared memory before their PV (a
-// cache may hold NaN there and 0 · NaN would leak into O). Outputs, split partials, lse and the
-// in-kernel merge follow decode_kernel (decode_kernel.cuh) exactly.
+// lands while this pair still runs; whole tiles two ahead are prefetched into L2 where their
+// rows are one run of bytes (the loads' latency was the limit). Q's latent dims stay in shared
+// memory (SS WGMMA); its 64 rope dims live in registers (RS WGMMA), which frees the 8 KB that the
+// second P tile takes. Rows past the sequence end in the last tile are zeroed in shared memory
+// before their PV (a cache may hold NaN there and 0 · NaN would leak into O). Outputs, split
+// partials, lse and the in-kernel merge follow decode_kernel (decode_kernel.cuh) exactly.
 #pragma once
 
 #include <cuda.h>
