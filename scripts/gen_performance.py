@@ -124,24 +124,43 @@ def render(files, root):
 def targets_at_a_glance(files):
     """Per GPU: how many records with a target met it, and every record that missed it."""
     out = ["## Targets at a glance\n"]
-    by_gpu = {}
+    out.append(
+        "Where one GPU holds several runs of the same measurement (same op, case, dtype, "
+        "baseline and target), only the newest run (by the file's date) counts here, whether "
+        "it reads better or worse; the older records stay in the per-suite tables below.\n")
+    newest = {}  # (gpu, op, case, dtype, baseline, target) -> (date, suite, record)
+    for gpu_dir, path, data in files:
+        date = str(data.get("date", ""))
+        for r in data["records"]:
+            if not r.get("target"):
+                continue
+            key = (gpu_dir, r.get("op"), r.get("case"), r.get("dtype"), r.get("baseline"),
+                   r.get("target"))
+            if key not in newest or date >= newest[key][0]:
+                newest[key] = (date, data.get("suite", path.stem), r)
+    by_gpu, superseded = {}, {}
     for gpu_dir, path, data in files:
         for r in data["records"]:
             if r.get("target"):
-                by_gpu.setdefault(gpu_dir, []).append((data.get("suite", path.stem), r))
+                superseded[gpu_dir] = superseded.get(gpu_dir, 0) + 1
+    for (gpu_dir, *_), (_, suite, r) in newest.items():
+        by_gpu.setdefault(gpu_dir, []).append((suite, r))
+        superseded[gpu_dir] -= 1
     if not by_gpu:
         return "\n".join(out + ["No record carries a target yet.\n"])
-    for gpu_dir, recs in by_gpu.items():
+    for gpu_dir in sorted(by_gpu):
+        recs = by_gpu[gpu_dir]
         missed = [(suite, r) for suite, r in recs if not r.get("target_met")]
-        out.append(f"- `{esc(gpu_dir)}`: {len(recs) - len(missed)} of {len(recs)} records with a "
-                   f"target met, {len(missed)} missed")
+        out.append(f"- `{esc(gpu_dir)}`: {len(recs) - len(missed)} of {len(recs)} measurements "
+                   f"with a target met, {len(missed)} missed ({superseded[gpu_dir]} older "
+                   f"records of the same measurements not counted)")
     out.append("")
     head = ["gpu", "suite", "op", "case", "dtype", "target", "ratio", "peak fraction"]
     rows = ["| " + " | ".join(head) + " |",
             "|" + "|".join("---:" if h in ("ratio", "peak fraction") else "---"
                            for h in head) + "|"]
-    for gpu_dir, recs in by_gpu.items():
-        for suite, r in recs:
+    for gpu_dir in sorted(by_gpu):
+        for suite, r in by_gpu[gpu_dir]:
             if r.get("target_met"):
                 continue
             rows.append("| " + " | ".join([
