@@ -322,7 +322,7 @@ TEST_F(AttentionBwdGpu, EmptySides) {
 // per step; GQA groups walked by one CTA; causal with Sq != Skv both ways.
 TEST_F(AttentionBwdGpu, WgmmaTileEdges) {
   for (DType dt : {DType::bf16, DType::f16})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       for (bool causal : {false, true})
         for (auto [sq, skv] :
              {std::pair{127, 128}, {128, 129}, {129, 127}, {1, 129}, {129, 1}, {64, 65}})
@@ -334,6 +334,12 @@ TEST_F(AttentionBwdGpu, WgmmaTileEdges) {
     }
   run(make(DType::bf16, 1, 4097, 1000, 4, 1, 128, true));
   run(make(DType::bf16, 2, 1000, 4097, 2, 1, 64, true));
+  // Head dim 256 (64-key blocks, the head dim split between the warpgroups): GQA groups walk
+  // several q heads per key block; the dQ tiles of consecutive steps share the two stages.
+  for (auto [hq, hkv] : {std::pair{2, 2}, {8, 2}, {8, 1}})
+    for (bool causal : {false, true}) run(make(DType::bf16, 1, 300, 1000, hq, hkv, 256, causal));
+  run(make(DType::f16, 2, 1000, 300, 4, 1, 256, true));
+  run(make(DType::bf16, 1, 4097, 65, 2, 1, 256, false));
 }
 
 TEST_F(AttentionBwdGpu, Long) {

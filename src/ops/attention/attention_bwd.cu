@@ -132,7 +132,9 @@ bool force_mma() {
 namespace attention_detail {
 
 bool bwd_wgmma_supported(const BwdArgs& a) {
-  if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128)) return false;
+  if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128 && a.d != 256)) return false;
+  // D = 256: warpgroup 1 forms dS from P without S, so the soft-cap's tanh' is not at hand.
+  if (a.d == 256 && a.softcap > 0.f) return false;
   if (a.sq < 1 || a.skv < 1 || a.batches > 65535 || a.hkv > 65535) return false;
   for (const void* p : {a.q, a.k, a.v, a.dout})
     if (!detail::aligned(p, 16)) return false;
@@ -261,7 +263,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   if (!no_q || !no_k) {
     const bool wgmma = !force_mma() && attention_detail::bwd_wgmma_supported(a);
-    if (wgmma && bf16)
+    if (wgmma && a.d == 256 && bf16)
+      attention_detail::launch_bwd_wgmma_d256_bf16(a, stream);
+    else if (wgmma && a.d == 256)
+      attention_detail::launch_bwd_wgmma_d256_f16(a, stream);
+    else if (wgmma && bf16)
       attention_detail::launch_bwd_wgmma_bf16(a, stream);
     else if (wgmma)
       attention_detail::launch_bwd_wgmma_f16(a, stream);

@@ -1,0 +1,513 @@
+// Hopper attention backward at head dim 256: the TMA + WGMMA dK/dV (+ dQ) kernel with the
+// head dim split between the two consumer warpgroups (default atomic-dq mode, no soft-cap).
+//
+// At D = 256 the D = 64 / 128 kernel's split (each warpgroup owns 64 keys and all D columns
+// of their dK and dV) needs 2 x 128 f32 accumulator registers per thread for dK and dV alone.
+// Here one CTA computes a 64-key block and the warpgroups split the work of every step:
+//
+//   warpgroup 0: S^T = K Q^T (64 keys x 64 queries, SS WGMMA), P^T = exp2(S^T scale log2e -
+//                lse log2e) with the masks, P^T (f32) -> exchange buffer
+//   warpgroup 1: dP^T = V dO^T (SS WGMMA), then with P^T from the exchange buffer
+//                dS^T = P^T (dP^T - delta) scale -> exchange buffer (as its 16-bit A operand
+//                registers) and into the swizzled dS tile of the dQ WGMMA
+//   both       : dV[:, 128w ..] += P^T dO[:, 128w ..], dK[:, 128w ..] += dS^T Q[:, 128w ..]
+//                (RS WGMMA, 64 x 128 f32 accumulators each), dQ[:, 128w ..] = dS K[:, 128w ..]
+//                (SS WGMMA)
+//
+// The two warpgroups hold the same (key, query) accumulator coordinates in the same threads,
+// so the exchange buffer is laid out by fragment slot: thread t's slot g lives at
+// [g][t] (16 bytes), conflict-free and without address arithmetic. Warpgroup 0's dV WGMMA runs
+// while warpgroup 1 forms dS.
+//
+// dQ: once both warpgroups' dV / dK WGMMAs are done, the step's Q / dO stage is dead: each
+// warpgroup writes its (64 x 128) f32 half of the dQ tile into it (warpgroup 0 into Q's bytes,
+// 1 into dO's, 128B-swizzled boxes of 64 rows x 32 columns: conflict-free float2 stores), and a
+// writer warp of the producer warpgroup adds the tile to the f32 workspace with TMA reduce-adds
+// (cp.reduce.async.bulk.tensor ... add; the copy engine un-swizzles and clips rows past the
+// sequence) and then releases the stage to the TMA producer. Two stages of Q + dO, the dQ
+// tile without shared memory of its own: 32 + 32 (K, V) + 2 x 64 + 8 (dS) + 16 (exchange) KB.
+#pragma once
+
+#include <cuda.h>
+
+#include "ops/attention/attention_bwd_wgmma_kernel.cuh"
+
+namespace tessel::attention_detail {
+
+namespace bwd_wgmma_d256 {
+
+using namespace tessel::tile::sm90;
+using bwd_wgmma::dq_barrier_arrive;
+using bwd_wgmma::dq_barrier_sync;
+using bwd_wgmma::KeyBlock;
+using bwd_wgmma::pack_pair;
+
+template <class T_>
+struct Config {
+  using T = T_;
+  static constexpr int D = 256;
+  static constexpr int Half = D / 2;  // columns of dK / dV / dQ per warpgroup
+  static constexpr int Bc = 64;       // keys per CTA
+  static constexpr int Br = 64;       // query rows per step
+  static constexpr int Stages = 2;
+  static constexpr int Consumers = 2;
+  static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
+  using SmemK = SmemLayout<T, Major::K, Bc, D, 1>;         // K, V: A of S^T / dP^T
+  using SmemKt = SmemLayout<T, Major::MN, D, Bc, 1>;       // the same bytes: B of dQ = dS K
+  using SmemQ = SmemLayout<T, Major::K, Br, D, Stages>;    // Q, dO: B of S^T / dP^T
+  using SmemQt = SmemLayout<T, Major::MN, D, Br, Stages>;  // the same bytes: B of dK / dV
+  using SmemDS = SmemLayout<T, Major::MN, Br, Bc, 1>;      // dS (query-contiguous), A of dQ
+  // One warpgroup's S^T or dP^T (64 x Br).
+  using MmaSdP = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<Br>, cute::Int<D>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::K>()));
+  // dV / dK (64 x D): the two warpgroups split N.
+  using MmaKV = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::rs_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<Half>, cute::Int<Br>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+  // dQ (Br x D): each warpgroup computes its 128 columns as two 64-column passes (a 64 x 128
+  // f32 accumulator beside dK and dV made ptxas serialize the WGMMAs and spill).
+  static constexpr int DqCols = 64;
+  using MmaDQ = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<DqCols>, cute::Int<Bc>>,
+                                       cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+  using Pipeline = TmaPipeline<Stages>;
+  struct Smem {
+    alignas(1024) T k[cute::cosize_v<SmemK>];
+    alignas(1024) T v[cute::cosize_v<SmemK>];
+    alignas(1024) T q[cute::cosize_v<SmemQ>];
+    alignas(1024) T dout[cute::cosize_v<SmemQ>];
+    alignas(1024) T ds[cute::cosize_v<SmemDS>];
+    alignas(16) float4 xchg[8][kWarpgroupThreads];  // P^T (f32), then dS^T (16-bit pairs)
+    alignas(16) float lse2[2][Br];                    // lse log2 e, by step parity
+    alignas(16) float delta[2][Br];                   // scale * delta, by step parity
+    alignas(16) typename Pipeline::SharedStorage pipe;
+    alignas(8) uint64_t kv_full;
+  };
+  static_assert(Br * Half * sizeof(float) == stage_bytes<T, SmemQ>,
+                "a warpgroup's f32 dQ half fills one Q (or dO) stage");
+  static constexpr uint32_t kQBytes = 2 * stage_bytes<T, SmemQ>;  // Q and dO
+  static constexpr uint32_t kKVBytes = 2 * stage_bytes<T, SmemK>;
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
+  static_assert(kSmemBytes <= 232448, "shared memory per block");
+};
+
+// Named barriers (0 is __syncthreads).
+constexpr int kPReady = 1;      // warpgroup 0 -> 1: P^T is in the exchange buffer
+constexpr int kDsReady = 2;     // warpgroup 1 -> 0: dS^T is in the exchange buffer and sdS
+constexpr int kStageDone = 3;   // both: every WGMMA reading the step's Q / dO has completed
+constexpr int kDqFull0 = 4;     // + step parity: consumers -> dQ writer warp
+constexpr int kDqThreads = 2 * kWarpgroupThreads + 32;
+
+// dQ tile halves in the dead Q / dO stage: 4 boxes of (64 rows x 32 f32) in the TMA's 128B
+// swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)); (r, c) -> float offset.
+__device__ __forceinline__ int dq_half_offset(int r, int c) {
+  return (c / 32) * (64 * 32) + r * 32 + ((((c % 32) / 4) ^ (r % 8)) * 4) + c % 4;
+}
+
+template <class Cfg, class TmaQ, class TmaK>
+__global__ void __launch_bounds__(Cfg::Threads, 1)
+    attention_bwd_d256_wgmma(const __grid_constant__ TmaQ tma_q,
+                             const __grid_constant__ TmaQ tma_do,
+                             const __grid_constant__ TmaK tma_k, const __grid_constant__ TmaK tma_v,
+                             const __grid_constant__ CUtensorMap dq_desc,
+                             const __grid_constant__ BwdArgs a) {
+  using namespace cute;
+  using T = typename Cfg::T;
+  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Half = Cfg::Half, Stages = Cfg::Stages;
+
+  KeyBlock kb;
+  if (!bwd_wgmma::find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
+  const int hk = blockIdx.y, group = a.hq / a.hkv;
+  const int j0 = kb.blk * Bc;
+  const int offset = kb.skv - kb.sq;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 0 : kb.b;  // batch coordinate of the views
+
+  // Query blocks that see some key of [j0, j_last].
+  const int j_last = min(j0 + Bc, kb.skv) - 1;
+  int i_min = 0, i_max = kb.sq - 1;
+  if (a.window_right >= 0) i_min = max(i_min, j0 - offset - a.window_right);
+  if (a.window_left >= 0) i_max = min(i_max, j_last - offset + a.window_left);
+  const int m_lo = max(i_min, 0) / Br;
+  const int nm = i_max >= i_min ? i_max / Br + 1 - m_lo : 0;
+  const int iters = nm * group;
+
+  extern __shared__ char smem_raw[];
+  const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
+  auto& smem = *reinterpret_cast<typename Cfg::Smem*>(smem_raw + ((1024 - base % 1024) % 1024));
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Cfg::SmemK{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQ{});
+  constexpr int kStageElems = cute::cosize_v<typename Cfg::SmemQ> / Stages;
+
+  const int wg = warpgroup_index();
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  // The stage is released by the dQ writer (one thread), after the copy engine read the dQ.
+  auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kQBytes, 1);
+  cluster_sync<1>();
+
+  if (wg == 0) {  // ---- producer ----
+    producer_registers<40>();
+    const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
+    if (pwarp == 0 && elect_one() && iters > 0) {
+      const int bts = varlen ? 1 : a.batches;
+      Tensor mK = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
+                                tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
+      Tensor mV = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
+                                tma_v.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
+      Tensor mQ = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
+                                tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
+      Tensor mdO = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
+                                 tma_do.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
+      Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
+      Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
+      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Cfg::kKVBytes);
+      copy(tma_k.with(smem.kv_full), tKg(_, kb.blk), tKs(_, 0));
+      copy(tma_v.with(smem.kv_full), tVg(_, kb.blk), tVs(_, 0));
+      auto st = producer_start<Stages>();
+      for (int it = 0; it < iters; ++it) {
+        const int h = hk * group + it / nm, m = m_lo + it % nm;
+        Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
+        Tensor gdO = local_tile(mdO(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
+        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+        auto [tdOg, tdOs] = tma_partition(tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                          group_modes<0, 2>(gdO));
+        pipe.producer_acquire(st);
+        auto* bar = pipe.producer_get_barrier(st);
+        copy(tma_q.with(*bar), tQg(_, m), tQs(_, st.index()));
+        copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
+        ++st;
+      }
+      pipe.producer_tail(st);
+    } else if (pwarp == 1 && iters > 0) {
+      // dQ writer: each step's tile (both halves, 8 boxes) by TMA reduce-adds, then the stage
+      // goes back to the producer once the copy engine has read it.
+      PipeState<Stages> rst;
+      const bool leader = elect_one();
+      for (int it = 0; it < iters; ++it) {
+        const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
+        const int s = rst.index();
+        dq_barrier_sync<kDqThreads>(kDqFull0 + it % 2);
+        if (leader) {
+          CUTE_UNROLL
+          for (int w = 0; w < 2; ++w) {
+            const float* half = reinterpret_cast<const float*>(w == 0 ? smem.q : smem.dout) +
+                                s * (kStageElems / 2);
+            CUTE_UNROLL
+            for (int box = 0; box < Half / 32; ++box)
+              SM90_TMA_REDUCE_ADD_4D::copy(&dq_desc, half + box * 64 * 32, w * Half + box * 32,
+                                           static_cast<int>(kb.q_row0) + i0, h, bt);
+          }
+          tma_store_arrive();
+          tma_store_wait<0>();  // the copy engine has read the tile
+          pipe.consumer_release(rst);
+        }
+        ++rst;
+        __syncwarp();
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  consumer_registers<232>();
+  const int ctid = consumer_thread();
+  const int wgc = wg - 1;
+  const int wtid = ctid % kWarpgroupThreads;
+  typename Cfg::MmaSdP mma_sdp;
+  typename Cfg::MmaKV mma_kv;
+  typename Cfg::MmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_slice(wtid);
+  auto thr_kv = mma_kv.get_slice(ctid);
+  auto thr_dq = mma_dq.get_slice(wtid);
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQt{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Cfg::SmemKt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDS{});
+
+  // Warpgroup 0 multiplies K by Q, warpgroup 1 V by dO: the same code on other operands.
+  Tensor tSrA = thr_sdp.make_fragment_A(thr_sdp.partition_A(wgc == 0 ? sK : sV));
+  Tensor tSrB = thr_sdp.make_fragment_B(thr_sdp.partition_B(wgc == 0 ? sQ : sdO));
+  Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));  // (MMA, 1, Br/16, Stages)
+  Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));
+  Tensor tdQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));  // (MMA, 1, Bc/16, 1)
+  // K^T columns of this warpgroup's two dQ passes.
+  Tensor tdQrK0 = thr_dq.make_fragment_B(thr_dq.partition_B(local_tile(
+      sKt(_, _, 0), Shape<Int<Cfg::DqCols>, Int<Bc>>{}, make_coord(2 * wgc, 0))));
+  Tensor tdQrK1 = thr_dq.make_fragment_B(thr_dq.partition_B(local_tile(
+      sKt(_, _, 0), Shape<Int<Cfg::DqCols>, Int<Bc>>{}, make_coord(2 * wgc + 1, 0))));
+
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<Bc>, Int<Br>>{});  // S^T or dP^T
+  Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<Int<Bc>, Int<D>>{});  // this half
+  Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<Int<Bc>, Int<D>>{});
+  Tensor tKVrP = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Br / 16>>>{});
+  Tensor tKVrdS = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Br / 16>>>{});
+  static_assert(size(tSrS) == 32 && size(tdVrdV) == Half / 2, "64xN fp32 accumulators");
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
+  Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
+  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<Cfg::DqCols>>{}));
+  uint32_t* ds_words = reinterpret_cast<uint32_t*>(tKVrdS.data());  // 16 pairs
+
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
+
+  const float mult = a.scale * kLog2e;
+  // Round the f32 accumulator layout to the 16-bit A operand layout (see attention_fwd_kernel.cuh:
+  // (col pair, row half, 8-col group) regrouped by 16-wide k blocks).
+  auto to_a_operand = [&](auto& dst, const auto& src) {
+    CUTE_UNROLL
+    for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
+    for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+    for (int i0p = 0; i0p < 2; ++i0p)
+      dst(make_coord(make_coord(i0p, i1, g % 2), 0, g / 2)) =
+          static_cast<T>(src(make_coord(make_coord(i0p, i1, g), 0, 0)));
+  };
+
+  if (iters > 0) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
+    PipeState<Stages> st;
+    mma_kv.accumulate_ = GMMA::ScaleOut::One;
+    // This warpgroup's per-row value of a step (warpgroup 0: lse, 1: delta), loaded a step
+    // ahead into registers and stored into shared memory (by parity) before the step's
+    // kStageDone barrier; rows past the sequence: lse = +inf (P = 0), delta = 0.
+    auto load_row = [&](int step) {
+      float v = wgc == 0 ? -INFINITY : 0.f;
+      const int hs = hk * group + step / nm, is = (m_lo + step % nm) * Br + wtid;
+      if (step < iters && wtid < Br && is < kb.sq) {
+        const int64_t at = kb.b * a.lse_sb + hs * a.lse_sh + kb.q_row0 + is;
+        v = wgc == 0 ? a.lse[at] : a.delta[at];
+      }
+      return v;
+    };
+    auto store_row = [&](int buf, float v) {
+      if (wtid < Br) {
+        if (wgc == 0)
+          smem.lse2[buf][wtid] = v == -INFINITY ? INFINITY : v * kLog2e;
+        else
+          smem.delta[buf][wtid] = v * a.scale;
+      }
+    };
+    store_row(0, load_row(0));
+    float row_next = load_row(1);
+    dq_barrier_sync<2 * kWarpgroupThreads>(kStageDone);
+    for (int it = 0; it < iters; ++it) {
+      const int i0 = (m_lo + it % nm) * Br;
+      const int par = it % 2;
+      pipe.consumer_wait(st);
+      const int s = st.index();
+      // S^T = K Q^T (warpgroup 0) or dP^T = V dO^T (warpgroup 1).
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrA); ++k) {
+        cute::gemm(mma_sdp, tSrA(_, _, k, 0), tSrB(_, _, k, s), tSrS);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+
+      if (wgc == 0) {
+        // P^T in place, masked only on blocks that straddle a boundary.
+        const bool need_mask =
+            j0 + Bc > kb.skv ||
+            (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
+            (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
+        const float* l2s = smem.lse2[par];
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); ++e)
+          tSrS(e) = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[get<1>(tScS(e))]));
+        if (need_mask) {
+          CUTE_UNROLL
+          for (int e = 0; e < size(tSrS); ++e) {
+            const int i = i0 + get<1>(tScS(e)), j = j0 + get<0>(tScS(e));
+            bool vis = j < kb.skv;
+            if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
+            if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
+            if (!vis) tSrS(e) = 0.f;
+          }
+        }
+        CUTE_UNROLL
+        for (int g = 0; g < 8; ++g)
+          smem.xchg[g][wtid] =
+              make_float4(tSrS(4 * g), tSrS(4 * g + 1), tSrS(4 * g + 2), tSrS(4 * g + 3));
+        to_a_operand(tKVrP, tSrS);
+        named_barrier_arrive(kPReady);
+        warpgroup_fence_operand(tKVrP);
+        warpgroup_fence_operand(tdVrdV);
+        warpgroup_arrive();
+        CUTE_UNROLL
+        for (int k = 0; k < Br / 16; ++k)
+          cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
+        warpgroup_commit_batch();
+        named_barrier_sync(kDsReady);
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g) {
+          const uint4 w = reinterpret_cast<const uint4&>(smem.xchg[g][wtid]);
+          ds_words[4 * g] = w.x, ds_words[4 * g + 1] = w.y;
+          ds_words[4 * g + 2] = w.z, ds_words[4 * g + 3] = w.w;
+        }
+      } else {
+        // dS^T = P^T (dP^T - delta) scale, P^T from warpgroup 0.
+        const float* dls = smem.delta[par];  // scale * delta
+        named_barrier_sync(kPReady);
+        CUTE_UNROLL
+        for (int g = 0; g < 8; ++g) {
+          const float4 p = smem.xchg[g][wtid];
+          const float pv[4] = {p.x, p.y, p.z, p.w};
+          CUTE_UNROLL
+          for (int u = 0; u < 4; ++u) {
+            const int e = 4 * g + u;
+            tSrS(e) = pv[u] * fmaf(tSrS(e), a.scale, -dls[get<1>(tScS(e))]);
+            tKVrP(make_coord(make_coord(e % 2, (e / 2) % 2, (e / 4) % 2), 0, e / 8)) =
+                static_cast<T>(pv[u]);
+          }
+        }
+        to_a_operand(tKVrdS, tSrS);
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g)
+          reinterpret_cast<uint4&>(smem.xchg[g][wtid]) =
+              make_uint4(ds_words[4 * g], ds_words[4 * g + 1], ds_words[4 * g + 2],
+                         ds_words[4 * g + 3]);
+        // dS (query pairs, 4 bytes) into the swizzled A tile of dQ = dS K.
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); e += 2) {
+          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
+          *reinterpret_cast<uint32_t*>(&sdS(il, jl, 0)) = pack_pair<T>(tSrS(e), tSrS(e + 1));
+        }
+        cutlass::arch::fence_view_async_shared();  // sdS: read by the async proxy (WGMMA)
+        named_barrier_arrive(kDsReady);
+        warpgroup_fence_operand(tKVrP);
+        warpgroup_fence_operand(tdVrdV);
+        warpgroup_arrive();
+        CUTE_UNROLL
+        for (int k = 0; k < Br / 16; ++k)
+          cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
+        warpgroup_commit_batch();
+      }
+      warpgroup_fence_operand(tKVrdS);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();  // the P / dS operand registers are free for dQ's accumulators
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+
+      store_row(par ^ 1, row_next);  // the next step's rows
+      row_next = load_row(it + 2);
+      // dQ = dS K, 64 columns at a time, into the dead Q / dO stage once both warpgroups'
+      // WGMMAs are done with it.
+      float* half = reinterpret_cast<float*>(wgc == 0 ? smem.q : smem.dout) + s * (kStageElems / 2);
+      auto dq_pass = [&](const auto& tdQrK, int pass) {
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<Cfg::DqCols>>{});
+        warpgroup_fence_operand(tdQrdQ);
+        warpgroup_arrive();
+        mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tdQrdS); ++k) {
+          cute::gemm(mma_dq, tdQrdS(_, _, k, 0), tdQrK(_, _, k), tdQrdQ);
+          mma_dq.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdQrdQ);
+        if (pass == 0) dq_barrier_sync<2 * kWarpgroupThreads>(kStageDone);
+        CUTE_UNROLL
+        for (int e = 0; e < size(tdQrdQ); e += 2) {
+          const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e)) + pass * Cfg::DqCols;
+          *reinterpret_cast<float2*>(half + dq_half_offset(r, c)) =
+              make_float2(tdQrdQ(e), tdQrdQ(e + 1));
+        }
+      };
+      dq_pass(tdQrK0, 0);
+      dq_pass(tdQrK1, 1);
+      cutlass::arch::fence_view_async_shared();  // visible to the copy engine
+      dq_barrier_arrive<kDqThreads>(kDqFull0 + par);
+      ++st;
+    }
+  }
+
+  // ---- epilogue: this warpgroup's columns of dK, dV (zeros for keys no query sees) ----
+  T* dk = static_cast<T*>(a.dk) + bt * a.dk_sb + hk * a.dk_sh;
+  T* dv = static_cast<T*>(a.dv) + bt * a.dv_sb + hk * a.dv_sh;
+  CUTE_UNROLL
+  for (int e = 0; e < size(tdVrdV); e += 2) {
+    const int j = j0 + get<0>(tKVc(e)), c = get<1>(tKVc(e));
+    if (j >= kb.skv) continue;
+    *reinterpret_cast<uint32_t*>(dk + (kb.k_row0 + j) * a.dk_ss + c) =
+        pack_pair<T>(tdKrdK(e), tdKrdK(e + 1));
+    *reinterpret_cast<uint32_t*>(dv + (kb.k_row0 + j) * a.dv_ss + c) =
+        pack_pair<T>(tdVrdV(e), tdVrdV(e + 1));
+  }
+}
+
+// Host: the TMA reduce-add descriptor of the f32 dq workspace ((rows, Hq, D) per batch, rows
+// Hq * D apart), boxes of 32 columns x 64 rows, 128B swizzle.
+inline bool make_dq_reduce_desc(CUtensorMap* map, const BwdArgs& a) {
+  const bool varlen = a.cu_q != nullptr;
+  const int64_t rows = a.sq;  // varlen: Tq (one batch)
+  const int64_t bt = varlen ? 1 : a.batches;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(a.d), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(a.hq), static_cast<cuuint64_t>(bt)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(int64_t{a.hq} * a.d * 4),
+                                 static_cast<cuuint64_t>(int64_t{a.d} * 4),
+                                 static_cast<cuuint64_t>(rows * a.hq * a.d * 4)};
+  const cuuint32_t box[4] = {32, 64, 1, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+             map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.dq_accum, dims, strides, box, estr,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <class T>
+void launch(const BwdArgs& a, cudaStream_t stream) {
+  using Cfg = Config<T>;
+  constexpr int D = Cfg::D;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 1 : a.batches;
+  auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
+                                typename Cfg::SmemQ{});
+  auto tma_do =
+      make_tma_load<1>(gmem_rows<T, false>(a.dout, a.sq, D, a.hq, bt, a.do_ss, a.do_sh, a.do_sb),
+                       typename Cfg::SmemQ{});
+  auto tma_k = make_tma_load<1>(
+      gmem_rows<T, false>(a.k, a.skv, D, a.hkv, bt, a.k_ss, a.k_sh, a.k_sb), typename Cfg::SmemK{});
+  auto tma_v = make_tma_load<1>(
+      gmem_rows<T, false>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb), typename Cfg::SmemK{});
+  CUtensorMap dq_desc;
+  if (!make_dq_reduce_desc(&dq_desc, a)) return;  // the launch check reports nothing ran
+  auto kernel = attention_bwd_d256_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
+  static bool configured = false;  // per instantiation: the attribute outlives the call
+  if (!configured) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(Cfg::kSmemBytes));
+    if (err != cudaSuccess) return;  // the launch check reports it
+    configured = true;
+  }
+  const unsigned kblocks = static_cast<unsigned>((a.skv + Cfg::Bc - 1) / Cfg::Bc);
+  const dim3 grid(varlen ? kblocks + a.batches : kblocks, a.hkv, varlen ? 1 : a.batches);
+  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, dq_desc, a);
+}
+
+}  // namespace bwd_wgmma_d256
+
+}  // namespace tessel::attention_detail
