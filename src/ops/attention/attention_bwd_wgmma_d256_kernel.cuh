@@ -26,6 +26,13 @@
 // (cp.reduce.async.bulk.tensor ... add; the copy engine un-swizzles and clips rows past the
 // sequence) and then releases the stage to the TMA producer. Two stages of Q + dO, the dQ
 // tile without shared memory of its own: 32 + 32 (K, V) + 2 x 64 + 8 (dS) + 16 (exchange) KB.
+//
+// Registers (-Xptxas -v, setmaxnreg 24 / 240): 72 bytes of spill, none in the WGMMA chains. At
+// 232 ptxas serialized the WGMMAs (C7512); so it did with dQ issued behind dK (the P / dS
+// operand registers still in flight) or with both dQ passes in flight at once. The dS and dQ
+// stores compute their swizzled addresses from a per-thread base: cute's indexing hoisted 32
+// addresses out of the loop and spilled them (364 bytes; 233 -> 384 TFLOP/s on an H100 once
+// gone, B4 H16 S4096).
 #pragma once
 
 #include <cuda.h>
@@ -83,8 +90,8 @@ struct Config {
     alignas(1024) T dout[cute::cosize_v<SmemQ>];
     alignas(1024) T ds[cute::cosize_v<SmemDS>];
     alignas(16) float4 xchg[8][kWarpgroupThreads];  // P^T (f32), then dS^T (16-bit pairs)
-    alignas(16) float lse2[2][Br];                    // lse log2 e, by step parity
-    alignas(16) float delta[2][Br];                   // scale * delta, by step parity
+    alignas(16) float lse2[2][Br];                  // lse log2 e, by step parity
+    alignas(16) float delta[2][Br];                 // scale * delta, by step parity
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t kv_full;
   };
@@ -97,17 +104,11 @@ struct Config {
 };
 
 // Named barriers (0 is __syncthreads).
-constexpr int kPReady = 1;      // warpgroup 0 -> 1: P^T is in the exchange buffer
-constexpr int kDsReady = 2;     // warpgroup 1 -> 0: dS^T is in the exchange buffer and sdS
-constexpr int kStageDone = 3;   // both: every WGMMA reading the step's Q / dO has completed
-constexpr int kDqFull0 = 4;     // + step parity: consumers -> dQ writer warp
+constexpr int kPReady = 1;     // warpgroup 0 -> 1: P^T is in the exchange buffer
+constexpr int kDsReady = 2;    // warpgroup 1 -> 0: dS^T is in the exchange buffer and sdS
+constexpr int kStageDone = 3;  // both: every WGMMA reading the step's Q / dO has completed
+constexpr int kDqFull0 = 4;    // + step parity: consumers -> dQ writer warp
 constexpr int kDqThreads = 2 * kWarpgroupThreads + 32;
-
-// dQ tile halves in the dead Q / dO stage: 4 boxes of (64 rows x 32 f32) in the TMA's 128B
-// swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)); (r, c) -> float offset.
-__device__ __forceinline__ int dq_half_offset(int r, int c) {
-  return (c / 32) * (64 * 32) + r * 32 + ((((c % 32) / 4) ^ (r % 8)) * 4) + c % 4;
-}
 
 template <class Cfg, class TmaQ, class TmaK>
 __global__ void __launch_bounds__(Cfg::Threads, 1)
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   cluster_sync<1>();
 
   if (wg == 0) {  // ---- producer ----
-    producer_registers<40>();
+    producer_registers<24>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
     if (pwarp == 0 && elect_one() && iters > 0) {
       const int bts = varlen ? 1 : a.batches;
@@ -205,8 +206,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         if (leader) {
           CUTE_UNROLL
           for (int w = 0; w < 2; ++w) {
-            const float* half = reinterpret_cast<const float*>(w == 0 ? smem.q : smem.dout) +
-                                s * (kStageElems / 2);
+            const float* half =
+                reinterpret_cast<const float*>(w == 0 ? smem.q : smem.dout) + s * (kStageElems / 2);
             CUTE_UNROLL
             for (int box = 0; box < Half / 32; ++box)
               SM90_TMA_REDUCE_ADD_4D::copy(&dq_desc, half + box * 64 * 32, w * Half + box * 32,
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   }
 
   // ---- consumers ----
-  consumer_registers<232>();
+  consumer_registers<240>();
   const int ctid = consumer_thread();
   const int wgc = wg - 1;
   const int wtid = ctid % kWarpgroupThreads;
@@ -246,10 +247,10 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));
   Tensor tdQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));  // (MMA, 1, Bc/16, 1)
   // K^T columns of this warpgroup's two dQ passes.
-  Tensor tdQrK0 = thr_dq.make_fragment_B(thr_dq.partition_B(local_tile(
-      sKt(_, _, 0), Shape<Int<Cfg::DqCols>, Int<Bc>>{}, make_coord(2 * wgc, 0))));
-  Tensor tdQrK1 = thr_dq.make_fragment_B(thr_dq.partition_B(local_tile(
-      sKt(_, _, 0), Shape<Int<Cfg::DqCols>, Int<Bc>>{}, make_coord(2 * wgc + 1, 0))));
+  Tensor tdQrK0 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt(_, _, 0), Shape<Int<Cfg::DqCols>, Int<Bc>>{}, make_coord(2 * wgc, 0))));
+  Tensor tdQrK1 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt(_, _, 0), Shape<Int<Cfg::DqCols>, Int<Bc>>{}, make_coord(2 * wgc + 1, 0))));
 
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<Bc>, Int<Br>>{});  // S^T or dP^T
   Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<Int<Bc>, Int<D>>{});  // this half
@@ -259,7 +260,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   static_assert(size(tSrS) == 32 && size(tdVrdV) == Half / 2, "64xN fp32 accumulators");
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
-  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<Cfg::DqCols>>{}));
+  // Per-thread parts of the swizzled shared-memory addresses (see the dS and dQ stores).
+  const int lane = wtid % 32, warp = wtid / 32, rq = lane / 4;
+  char* const ds_bytes = reinterpret_cast<char*>(smem.ds) + warp * 2048 + rq * 128 + 4 * (lane % 4);
+  const int ds_xor = rq * 16;
+  const int dq_base = (16 * warp + rq) * 32 + 2 * (lane % 2);
+  const int dq_xor = ((lane % 4) / 2) ^ rq;
   uint32_t* ds_words = reinterpret_cast<uint32_t*>(tKVrdS.data());  // 16 pairs
 
   CUTE_UNROLL
@@ -319,6 +325,17 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
+      // This thread's query columns' lse (warpgroup 0) or scale * delta (1) while the WGMMAs
+      // run: q = 8 g + 2 (lane % 4) + {0, 1} for accumulator element e = 4 g + 2 i1 + {0, 1}.
+      float rowv[Br / 8][2];
+      {
+        const float* rows = (wgc == 0 ? smem.lse2[par] : smem.delta[par]) + 2 * (lane % 4);
+        CUTE_UNROLL
+        for (int g = 0; g < Br / 8; ++g) {
+          const float2 v = *reinterpret_cast<const float2*>(rows + 8 * g);
+          rowv[g][0] = v.x, rowv[g][1] = v.y;
+        }
+      }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
 
@@ -328,10 +345,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
             j0 + Bc > kb.skv ||
             (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
             (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
-        const float* l2s = smem.lse2[par];
         CUTE_UNROLL
         for (int e = 0; e < size(tSrS); ++e)
-          tSrS(e) = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[get<1>(tScS(e))]));
+          tSrS(e) = tile::exp2_ftz(fmaf(tSrS(e), mult, -rowv[e / 4][e % 2]));
         if (need_mask) {
           CUTE_UNROLL
           for (int e = 0; e < size(tSrS); ++e) {
@@ -364,7 +380,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         }
       } else {
         // dS^T = P^T (dP^T - delta) scale, P^T from warpgroup 0.
-        const float* dls = smem.delta[par];  // scale * delta
         named_barrier_sync(kPReady);
         CUTE_UNROLL
         for (int g = 0; g < 8; ++g) {
@@ -373,7 +388,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           CUTE_UNROLL
           for (int u = 0; u < 4; ++u) {
             const int e = 4 * g + u;
-            tSrS(e) = pv[u] * fmaf(tSrS(e), a.scale, -dls[get<1>(tScS(e))]);
+            tSrS(e) = pv[u] * fmaf(tSrS(e), a.scale, -rowv[e / 4][e % 2]);
             tKVrP(make_coord(make_coord(e % 2, (e / 2) % 2, (e / 4) % 2), 0, e / 8)) =
                 static_cast<T>(pv[u]);
           }
@@ -381,14 +396,19 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         to_a_operand(tKVrdS, tSrS);
         CUTE_UNROLL
         for (int g = 0; g < 4; ++g)
-          reinterpret_cast<uint4&>(smem.xchg[g][wtid]) =
-              make_uint4(ds_words[4 * g], ds_words[4 * g + 1], ds_words[4 * g + 2],
-                         ds_words[4 * g + 3]);
-        // dS (query pairs, 4 bytes) into the swizzled A tile of dQ = dS K.
+          reinterpret_cast<uint4&>(smem.xchg[g][wtid]) = make_uint4(
+              ds_words[4 * g], ds_words[4 * g + 1], ds_words[4 * g + 2], ds_words[4 * g + 3]);
+        // dS (query pairs, 4 bytes) into the swizzled A tile of dQ = dS K: element (q, key) at
+        // byte (key / 8) 1024 + (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 (MN-major
+        // 128B swizzle). With key = 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1}
+        // (the accumulator's layout) that is a per-thread base, a constant and one XOR; cute's
+        // own indexing kept 16 swizzled addresses live across the loop (spilled).
         CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); e += 2) {
-          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-          *reinterpret_cast<uint32_t*>(&sdS(il, jl, 0)) = pack_pair<T>(tSrS(e), tSrS(e + 1));
+        for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
+        for (int i1 = 0; i1 < 2; ++i1) {
+          const int e = 2 * i1 + 4 * g;
+          *reinterpret_cast<uint32_t*>(ds_bytes + i1 * 1024 + ((g * 16) ^ ds_xor)) =
+              pack_pair<T>(tSrS(e), tSrS(e + 1));
         }
         cutlass::arch::fence_view_async_shared();  // sdS: read by the async proxy (WGMMA)
         named_barrier_arrive(kDsReady);
@@ -407,17 +427,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       for (int k = 0; k < Br / 16; ++k)
         cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
       warpgroup_commit_batch();
-      warpgroup_wait<0>();  // the P / dS operand registers are free for dQ's accumulators
+      // dQ = dS K in two 64-column passes once dV / dK are done (their P / dS operand
+      // registers in flight beside both dQ accumulators made ptxas serialize the WGMMAs).
+      warpgroup_wait<0>();
       warpgroup_fence_operand(tdVrdV);
       warpgroup_fence_operand(tdKrdK);
-
-      store_row(par ^ 1, row_next);  // the next step's rows
-      row_next = load_row(it + 2);
-      // dQ = dS K, 64 columns at a time, into the dead Q / dO stage once both warpgroups'
-      // WGMMAs are done with it.
-      float* half = reinterpret_cast<float*>(wgc == 0 ? smem.q : smem.dout) + s * (kStageElems / 2);
-      auto dq_pass = [&](const auto& tdQrK, int pass) {
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<Cfg::DqCols>>{});
+      Tensor tdQrdQ0 = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<Cfg::DqCols>>{});
+      Tensor tdQrdQ1 = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<Cfg::DqCols>>{});
+      auto dq_issue = [&](const auto& tdQrK, auto& tdQrdQ) {
         warpgroup_fence_operand(tdQrdQ);
         warpgroup_arrive();
         mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
@@ -427,18 +444,33 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           mma_dq.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
-        warpgroup_wait<0>();
+      };
+      dq_issue(tdQrK0, tdQrdQ0);
+      store_row(par ^ 1, row_next);  // the next step's rows
+      row_next = load_row(it + 2);
+      // The dQ tile goes into the dead Q / dO stage once both warpgroups' WGMMAs are done
+      // with it. Element (r, c) of a warpgroup's half: box c / 32 (64 x 32 f32, 8 KB), row r,
+      // 16-byte chunk ((c % 32) / 4) ^ (r % 8); with r = 16 warp + lane / 4 + 8 i1 and
+      // c = 64 pass + 8 g + 2 (lane % 4) + {0, 1}: a per-thread base, a constant and the XOR
+      // of 2 (g % 4).
+      float* half = reinterpret_cast<float*>(wgc == 0 ? smem.q : smem.dout) + s * (kStageElems / 2);
+      auto dq_store = [&](auto& tdQrdQ, int pass) {
         warpgroup_fence_operand(tdQrdQ);
-        if (pass == 0) dq_barrier_sync<2 * kWarpgroupThreads>(kStageDone);
         CUTE_UNROLL
-        for (int e = 0; e < size(tdQrdQ); e += 2) {
-          const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e)) + pass * Cfg::DqCols;
-          *reinterpret_cast<float2*>(half + dq_half_offset(r, c)) =
-              make_float2(tdQrdQ(e), tdQrdQ(e + 1));
+        for (int g = 0; g < Cfg::DqCols / 8; ++g) CUTE_UNROLL
+        for (int i1 = 0; i1 < 2; ++i1) {
+          const int e = 2 * i1 + 4 * g;
+          float* dst = half + dq_base + (2 * pass + g / 4) * (64 * 32) + i1 * 8 * 32 +
+                       (((2 * (g % 4)) ^ dq_xor) * 4);
+          *reinterpret_cast<float2*>(dst) = make_float2(tdQrdQ(e), tdQrdQ(e + 1));
         }
       };
-      dq_pass(tdQrK0, 0);
-      dq_pass(tdQrK1, 1);
+      warpgroup_wait<0>();
+      dq_barrier_sync<2 * kWarpgroupThreads>(kStageDone);
+      dq_store(tdQrdQ0, 0);
+      dq_issue(tdQrK1, tdQrdQ1);
+      warpgroup_wait<0>();
+      dq_store(tdQrdQ1, 1);
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       dq_barrier_arrive<kDqThreads>(kDqFull0 + par);
       ++st;
