@@ -17,6 +17,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -34,7 +35,7 @@ using bf16 = __nv_bfloat16;
 constexpr const char* kBaseline = "tessel attention_backward deterministic";
 
 void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, int64_t s, int64_t d,
-                        bool causal) {
+                        bool causal, float softcap = 0.f) {
   if (!ctx.wants("attention_bwd")) return;
   const cudaStream_t st = ctx.stream();
   const size_t nq = size_t(b * s * hq * d), nk = size_t(b * s * hkv * d);
@@ -52,6 +53,7 @@ void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, i
   Tensor tl = Tensor::contiguous(lse.get(), DType::f32, {b, hq, s});
   AttentionBackwardParams p;
   p.causal = causal;
+  p.softcap = softcap;
   AttentionBackwardParams pd = p;
   pd.deterministic = true;
   auto ours = [&] { attention_backward(tq, tk, tv, to, tg, tl, tdq, tdk, tdv, p, st); };
@@ -64,10 +66,13 @@ void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, i
   rec.baseline = kBaseline;
   rec.target = "ratio>=1.0";
   rec.shape = {{"B", b}, {"Hq", hq}, {"Hkv", hkv}, {"Sq", s}, {"Skv", s}, {"D", d}};
-  rec.flags = {{"causal", causal}};
+  rec.flags = {{"causal", causal}, {"softcap", softcap > 0.f}};
   char buf[160];
   std::snprintf(buf, sizeof buf, "B%lld H%lld/%lld S%lld D%lld %s", (long long)b, (long long)hq,
                 (long long)hkv, (long long)s, (long long)d, causal ? "causal" : "non-causal");
+  if (softcap > 0.f)
+    std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " soft-cap %g",
+                  static_cast<double>(softcap));
   rec.case_ = buf;
   const double flops = 2.5 * 4.0 * b * hq * s * s * d * (causal ? 0.5 : 1.0);
   try {
@@ -115,6 +120,8 @@ void run_attention_bwd_suite(SuiteContext& ctx) {
   attention_bwd_case(ctx, 4, 32, 8, 4096, 128, true);  // GQA 4
   // Head dim 256 (Gemma-style): half the heads, the same flops as D128.
   for (bool causal : {false, true}) attention_bwd_case(ctx, 4, 16, 16, 4096, 256, causal);
+  // Gemma-2-9B-like: GQA 2, logit soft-cap 50.
+  attention_bwd_case(ctx, 4, 16, 8, 4096, 256, true, 50.f);
 }
 
 }  // namespace

@@ -133,8 +133,6 @@ namespace attention_detail {
 
 bool bwd_wgmma_supported(const BwdArgs& a) {
   if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128 && a.d != 256)) return false;
-  // D = 256: warpgroup 1 forms dS from P without S, so the soft-cap's tanh' is not at hand.
-  if (a.d == 256 && a.softcap > 0.f) return false;
   if (a.sq < 1 || a.skv < 1 || a.batches > 65535 || a.hkv > 65535) return false;
   for (const void* p : {a.q, a.k, a.v, a.dout})
     if (!detail::aligned(p, 16)) return false;

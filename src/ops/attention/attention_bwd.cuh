@@ -46,12 +46,12 @@ void launch_bwd_bf16(const BwdArgs& a, cudaStream_t stream);
 void launch_bwd_f16(const BwdArgs& a, cudaStream_t stream);
 
 // The TMA + WGMMA dk/dv kernel (attention_bwd_wgmma_kernel.cuh): default (atomic dq) mode,
-// D = 64 / 128 (and 256 without soft-cap), TMA-aligned q/k/v/dout and 4-byte aligned dk/dv; the
+// D = 64 / 128 / 256, TMA-aligned q/k/v/dout and 4-byte aligned dk/dv; the
 // mma.sync kernels above take every other case. bwd_wgmma_supported() says which.
 bool bwd_wgmma_supported(const BwdArgs& a);
 void launch_bwd_wgmma_bf16(const BwdArgs& a, cudaStream_t stream);
 void launch_bwd_wgmma_f16(const BwdArgs& a, cudaStream_t stream);
-// D = 256 (no soft-cap): the head-dim-split WGMMA kernel (attention_bwd_wgmma_d256_kernel.cuh).
+// D = 256: the head-dim-split WGMMA kernel (attention_bwd_wgmma_d256_kernel.cuh).
 void launch_bwd_wgmma_d256_bf16(const BwdArgs& a, cudaStream_t stream);
 void launch_bwd_wgmma_d256_f16(const BwdArgs& a, cudaStream_t stream);
 

@@ -1,15 +1,17 @@
 // Hopper attention backward at head dim 256: the TMA + WGMMA dK/dV (+ dQ) kernel with the
-// head dim split between the two consumer warpgroups (default atomic-dq mode, no soft-cap).
+// head dim split between the two consumer warpgroups (default atomic-dq mode).
 //
 // At D = 256 the D = 64 / 128 kernel's split (each warpgroup owns 64 keys and all D columns
 // of their dK and dV) needs 2 x 128 f32 accumulator registers per thread for dK and dV alone.
 // Here one CTA computes a 64-key block and the warpgroups split the work of every step:
 //
 //   warpgroup 0: S^T = K Q^T (64 keys x 64 queries, SS WGMMA), P^T = exp2(S^T scale log2e -
-//                lse log2e) with the masks, P^T (f32) -> exchange buffer
-//   warpgroup 1: dP^T = V dO^T (SS WGMMA), then with P^T from the exchange buffer
-//                dS^T = P^T (dP^T - delta) scale -> exchange buffer (as its 16-bit A operand
-//                registers) and into the swizzled dS tile of the dQ WGMMA
+//                lse log2e) with the masks (and the soft-cap), P^T s' / scale (f32; s' the
+//                derivative of the logit, scale (1 - tanh^2) under a soft-cap) and P^T's
+//                16-bit A operand registers -> exchange buffer
+//   warpgroup 1: dP^T = V dO^T (SS WGMMA), then with them dS^T = P^T (dP^T - delta) s' ->
+//                exchange buffer (as its 16-bit A operand registers) and into the swizzled
+//                dS tile of the dQ WGMMA
 //   both       : dV[:, 128w ..] += P^T dO[:, 128w ..], dK[:, 128w ..] += dS^T Q[:, 128w ..]
 //                (RS WGMMA, 64 x 128 f32 accumulators each), dQ[:, 128w ..] = dS K[:, 128w ..]
 //                (SS WGMMA)
@@ -25,7 +27,7 @@
 // writer warp of the producer warpgroup adds the tile to the f32 workspace with TMA reduce-adds
 // (cp.reduce.async.bulk.tensor ... add; the copy engine un-swizzles and clips rows past the
 // sequence) and then releases the stage to the TMA producer. Two stages of Q + dO, the dQ
-// tile without shared memory of its own: 32 + 32 (K, V) + 2 x 64 + 8 (dS) + 16 (exchange) KB.
+// tile without shared memory of its own: 32 + 32 (K, V) + 2 x 64 + 8 (dS) + 24 (exchange) KB.
 //
 // Registers (-Xptxas -v, setmaxnreg 24 / 240): 72 bytes of spill, none in the WGMMA chains. At
 // 232 ptxas serialized the WGMMAs (C7512); so it did with dQ issued behind dK (the P / dS
@@ -89,9 +91,11 @@ struct Config {
     alignas(1024) T q[cute::cosize_v<SmemQ>];
     alignas(1024) T dout[cute::cosize_v<SmemQ>];
     alignas(1024) T ds[cute::cosize_v<SmemDS>];
-    alignas(16) float4 xchg[8][kWarpgroupThreads];  // P^T (f32), then dS^T (16-bit pairs)
-    alignas(16) float lse2[2][Br];                  // lse log2 e, by step parity
-    alignas(16) float delta[2][Br];                 // scale * delta, by step parity
+    // Slots 0-7: P^T s' / scale (f32: P^T, times 1 - tanh^2 under a soft-cap), 8-11: P^T as
+    // 16-bit A-operand pairs; then slots 0-3: dS^T as 16-bit A-operand pairs.
+    alignas(16) float4 xchg[12][kWarpgroupThreads];
+    alignas(16) float lse2[2][Br];   // lse log2 e, by step parity
+    alignas(16) float delta[2][Br];  // scale * delta, by step parity
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t kv_full;
   };
@@ -267,11 +271,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int dq_base = (16 * warp + rq) * 32 + 2 * (lane % 2);
   const int dq_xor = ((lane % 4) / 2) ^ rq;
   uint32_t* ds_words = reinterpret_cast<uint32_t*>(tKVrdS.data());  // 16 pairs
+  uint32_t* p_words = reinterpret_cast<uint32_t*>(tKVrP.data());
 
   CUTE_UNROLL
   for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
 
-  const float mult = a.scale * kLog2e;
+  const bool capped = a.softcap > 0.f;
+  const float mult = a.scale * kLog2e, cap_in = capped ? a.scale / a.softcap : 0.f;
   // Round the f32 accumulator layout to the 16-bit A operand layout (see attention_fwd_kernel.cuh:
   // (col pair, row half, 8-col group) regrouped by 16-wide k blocks).
   auto to_a_operand = [&](auto& dst, const auto& src) {
@@ -345,24 +351,54 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
             j0 + Bc > kb.skv ||
             (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
             (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
-        CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); ++e)
-          tSrS(e) = tile::exp2_ftz(fmaf(tSrS(e), mult, -rowv[e / 4][e % 2]));
-        if (need_mask) {
+        // Straight-line code per (soft-cap, mask) case (a per-element branch on either
+        // tripled the D = 128 kernel's instructions); each group of 4 is sent as it is formed.
+        auto probs = [&](auto capped_c, auto masked_c) {
+          constexpr bool kCapped = decltype(capped_c)::value;
+          constexpr bool kMasked = decltype(masked_c)::value;
           CUTE_UNROLL
-          for (int e = 0; e < size(tSrS); ++e) {
-            const int i = i0 + get<1>(tScS(e)), j = j0 + get<0>(tScS(e));
-            bool vis = j < kb.skv;
-            if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
-            if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
-            if (!vis) tSrS(e) = 0.f;
+          for (int g = 0; g < 8; ++g) {
+            float gv[4];
+            CUTE_UNROLL
+            for (int u = 0; u < 4; ++u) {
+              const int e = 4 * g + u;
+              float p, th = 0.f;
+              if constexpr (kCapped) {
+                th = tanhf(tSrS(e) * cap_in);
+                p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -rowv[g][u % 2]));
+              } else {
+                p = tile::exp2_ftz(fmaf(tSrS(e), mult, -rowv[g][u % 2]));
+              }
+              if constexpr (kMasked) {
+                const int i = i0 + get<1>(tScS(e)), j = j0 + get<0>(tScS(e));
+                bool vis = j < kb.skv;
+                if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
+                if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
+                if (!vis) p = 0.f;
+              }
+              tSrS(e) = p;
+              gv[u] = kCapped ? p * (1.f - th * th) : p;
+            }
+            smem.xchg[g][wtid] = make_float4(gv[0], gv[1], gv[2], gv[3]);
           }
+        };
+        using False = cute::false_type;
+        using True = cute::true_type;
+        if (capped) {
+          if (need_mask)
+            probs(True{}, True{});
+          else
+            probs(True{}, False{});
+        } else if (need_mask) {
+          probs(False{}, True{});
+        } else {
+          probs(False{}, False{});
         }
-        CUTE_UNROLL
-        for (int g = 0; g < 8; ++g)
-          smem.xchg[g][wtid] =
-              make_float4(tSrS(4 * g), tSrS(4 * g + 1), tSrS(4 * g + 2), tSrS(4 * g + 3));
         to_a_operand(tKVrP, tSrS);
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g)
+          reinterpret_cast<uint4&>(smem.xchg[8 + g][wtid]) = make_uint4(
+              p_words[4 * g], p_words[4 * g + 1], p_words[4 * g + 2], p_words[4 * g + 3]);
         named_barrier_arrive(kPReady);
         warpgroup_fence_operand(tKVrP);
         warpgroup_fence_operand(tdVrdV);
@@ -379,7 +415,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           ds_words[4 * g + 2] = w.z, ds_words[4 * g + 3] = w.w;
         }
       } else {
-        // dS^T = P^T (dP^T - delta) scale, P^T from warpgroup 0.
+        // dS^T = P^T (dP^T - delta) s' = [P^T s' / scale] (scale dP^T - scale delta), the
+        // bracket and P^T's A operand from warpgroup 0.
         named_barrier_sync(kPReady);
         CUTE_UNROLL
         for (int g = 0; g < 8; ++g) {
@@ -388,10 +425,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           CUTE_UNROLL
           for (int u = 0; u < 4; ++u) {
             const int e = 4 * g + u;
-            tSrS(e) = pv[u] * fmaf(tSrS(e), a.scale, -rowv[e / 4][e % 2]);
-            tKVrP(make_coord(make_coord(e % 2, (e / 2) % 2, (e / 4) % 2), 0, e / 8)) =
-                static_cast<T>(pv[u]);
+            tSrS(e) = pv[u] * fmaf(tSrS(e), a.scale, -rowv[g][u % 2]);
           }
+        }
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g) {
+          const uint4 w = reinterpret_cast<const uint4&>(smem.xchg[8 + g][wtid]);
+          p_words[4 * g] = w.x, p_words[4 * g + 1] = w.y;
+          p_words[4 * g + 2] = w.z, p_words[4 * g + 3] = w.w;
         }
         to_a_operand(tKVrdS, tSrS);
         CUTE_UNROLL
