@@ -327,6 +327,11 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor tKVrdS = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Br / 16>>>{});
   static_assert(size(tSrS) == Br / 2 && size(tdVrdV) == D / 2, "64xN fp32 accumulators");
 
+  // Per-thread parts of the swizzled dS^T store addresses (D = 128, see there).
+  const int ds_lane = wtid % 32, ds_rq = ds_lane / 4;
+  char* const ds_bytes = reinterpret_cast<char*>(smem.ds) + (8 * wgc + 2 * (wtid / 32)) * 1024 +
+                         ds_rq * 128 + 4 * (ds_lane % 4);
+  const int ds_xor = ds_rq * 16;
   // (key, query) / (key, column) / (query, column) of every accumulator element.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
@@ -455,11 +460,18 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
                    tdSsdS(_, _, _, par));
       } else {  // D = 128: stmatrix's addressing made ptxas serialize the WGMMAs (C7512)
+        // Element (q, key) of the MN-major 128B-swizzled tile lives at byte (key / 8) 1024 +
+        // (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 of the buffer; with key = 64 wgc
+        // + 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1} (the accumulator's
+        // layout) that is a per-thread base, a constant and one XOR. (cute's sdS(q, key) kept
+        // 16 generic 64-bit addresses live across the loop: ST.E stores and spills.)
+        char* const ds_row = ds_bytes + par * (Br * Bc * int(sizeof(T)));
         CUTE_UNROLL
-        for (int e = 0; e < size(tSrdP); e += 2) {
-          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-          T* p = &sdS(il, jl, par);
-          *reinterpret_cast<uint32_t*>(p) = pack_pair<T>(tSrdP(e), tSrdP(e + 1));
+        for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
+        for (int i1 = 0; i1 < 2; ++i1) {
+          const int e = 2 * i1 + 4 * g;
+          *reinterpret_cast<uint32_t*>(ds_row + i1 * 1024 + ((g * 16) ^ ds_xor)) =
+              pack_pair<T>(tSrdP(e), tSrdP(e + 1));
         }
       }
 
