@@ -132,14 +132,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int offset = kb.skv - kb.sq;
   const bool varlen = a.cu_q != nullptr;
   const int bt = varlen ? 0 : kb.b;  // batch coordinate of the views
-
-  // Query blocks that see some key of [j0, j_last].
-  const int j_last = min(j0 + Bc, kb.skv) - 1;
-  int i_min = 0, i_max = kb.sq - 1;
-  if (a.window_right >= 0) i_min = max(i_min, j0 - offset - a.window_right);
-  if (a.window_left >= 0) i_max = min(i_max, j_last - offset + a.window_left);
-  const int m_lo = max(i_min, 0) / Br;
-  const int nm = i_max >= i_min ? i_max / Br + 1 - m_lo : 0;
+  int m_lo, nm;
+  bwd_wgmma::visible_query_blocks<Bc, Br>(a, kb, j0, m_lo, nm);
   const int iters = nm * group;
 
   extern __shared__ char smem_raw[];
@@ -164,40 +158,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     producer_registers<24>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
     if (pwarp == 0 && elect_one() && iters > 0) {
-      const int bts = varlen ? 1 : a.batches;
-      Tensor mK = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
-                                tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
-      Tensor mV = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
-                                tma_v.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
-      Tensor mQ = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
-                                tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
-      Tensor mdO = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
-                                 tma_do.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
-      Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
-      Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
-      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Cfg::kKVBytes);
-      copy(tma_k.with(smem.kv_full), tKg(_, kb.blk), tKs(_, 0));
-      copy(tma_v.with(smem.kv_full), tVg(_, kb.blk), tVs(_, 0));
-      auto st = producer_start<Stages>();
-      for (int it = 0; it < iters; ++it) {
-        const int h = hk * group + it / nm, m = m_lo + it % nm;
-        Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
-        Tensor gdO = local_tile(mdO(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
-        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                        group_modes<0, 2>(gQ));
-        auto [tdOg, tdOs] = tma_partition(tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
-                                          group_modes<0, 2>(gdO));
-        pipe.producer_acquire(st);
-        auto* bar = pipe.producer_get_barrier(st);
-        copy(tma_q.with(*bar), tQg(_, m), tQs(_, st.index()));
-        copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
-        ++st;
-      }
-      pipe.producer_tail(st);
+      bwd_wgmma::produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm,
+                                    smem.kv_full, pipe, sK, sV, sQ, sdO);
     } else if (pwarp == 1 && iters > 0) {
       // dQ writer: each step's tile (both halves, 8 boxes) by TMA reduce-adds, then the stage
       // goes back to the producer once the copy engine has read it.
@@ -519,17 +481,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   }
 
   // ---- epilogue: this warpgroup's columns of dK, dV (zeros for keys no query sees) ----
-  T* dk = static_cast<T*>(a.dk) + bt * a.dk_sb + hk * a.dk_sh;
-  T* dv = static_cast<T*>(a.dv) + bt * a.dv_sb + hk * a.dv_sh;
-  CUTE_UNROLL
-  for (int e = 0; e < size(tdVrdV); e += 2) {
-    const int j = j0 + get<0>(tKVc(e)), c = get<1>(tKVc(e));
-    if (j >= kb.skv) continue;
-    *reinterpret_cast<uint32_t*>(dk + (kb.k_row0 + j) * a.dk_ss + c) =
-        pack_pair<T>(tdKrdK(e), tdKrdK(e + 1));
-    *reinterpret_cast<uint32_t*>(dv + (kb.k_row0 + j) * a.dv_ss + c) =
-        pack_pair<T>(tdVrdV(e), tdVrdV(e + 1));
-  }
+  bwd_wgmma::store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
 }
 
 // Host: the TMA reduce-add descriptor of the f32 dq workspace ((rows, Hq, D) per batch, rows
@@ -554,18 +506,7 @@ inline bool make_dq_reduce_desc(CUtensorMap* map, const BwdArgs& a) {
 template <class T>
 void launch(const BwdArgs& a, cudaStream_t stream) {
   using Cfg = Config<T>;
-  constexpr int D = Cfg::D;
-  const bool varlen = a.cu_q != nullptr;
-  const int bt = varlen ? 1 : a.batches;
-  auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
-                                typename Cfg::SmemQ{});
-  auto tma_do =
-      make_tma_load<1>(gmem_rows<T, false>(a.dout, a.sq, D, a.hq, bt, a.do_ss, a.do_sh, a.do_sb),
-                       typename Cfg::SmemQ{});
-  auto tma_k = make_tma_load<1>(
-      gmem_rows<T, false>(a.k, a.skv, D, a.hkv, bt, a.k_ss, a.k_sh, a.k_sb), typename Cfg::SmemK{});
-  auto tma_v = make_tma_load<1>(
-      gmem_rows<T, false>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb), typename Cfg::SmemK{});
+  auto [tma_q, tma_do, tma_k, tma_v] = bwd_wgmma::make_step_tmas<Cfg>(a);
   CUtensorMap dq_desc;
   if (!make_dq_reduce_desc(&dq_desc, a)) return;  // the launch check reports nothing ran
   auto kernel = attention_bwd_d256_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
@@ -576,9 +517,8 @@ void launch(const BwdArgs& a, cudaStream_t stream) {
     if (err != cudaSuccess) return;  // the launch check reports it
     configured = true;
   }
-  const unsigned kblocks = static_cast<unsigned>((a.skv + Cfg::Bc - 1) / Cfg::Bc);
-  const dim3 grid(varlen ? kblocks + a.batches : kblocks, a.hkv, varlen ? 1 : a.batches);
-  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, dq_desc, a);
+  kernel<<<bwd_wgmma::key_block_grid<Cfg>(a), Cfg::Threads, Cfg::kSmemBytes, stream>>>(
+      tma_q, tma_do, tma_k, tma_v, dq_desc, a);
 }
 
 }  // namespace bwd_wgmma_d256

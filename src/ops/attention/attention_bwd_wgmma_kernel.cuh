@@ -182,6 +182,114 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
          (uint32_t{reinterpret_cast<const uint16_t&>(h)} << 16);
 }
 
+// Query blocks (Br rows) that see some key of [j0, j0 + Bc): m_lo .. m_lo + nm - 1.
+template <int Bc, int Br>
+__device__ __forceinline__ void visible_query_blocks(const BwdArgs& a, const KeyBlock& kb, int j0,
+                                                     int& m_lo, int& nm) {
+  const int offset = kb.skv - kb.sq;
+  const int j_last = min(j0 + Bc, kb.skv) - 1;
+  int i_min = 0, i_max = kb.sq - 1;
+  if (a.window_right >= 0) i_min = max(i_min, j0 - offset - a.window_right);
+  if (a.window_left >= 0) i_max = min(i_max, j_last - offset + a.window_left);
+  m_lo = max(i_min, 0) / Br;
+  nm = i_max >= i_min ? i_max / Br + 1 - m_lo : 0;
+}
+
+// Producer thread: the key block's K and V once (kv_full), then Q and dO of every step (q head
+// hk * group + it / nm, query block m_lo + it % nm) into the pipeline's stages.
+template <class Cfg, class TmaQ, class TmaK, class Pipe, class SK, class SQ>
+__device__ __forceinline__ void produce_steps(const TmaQ& tma_q, const TmaQ& tma_do,
+                                              const TmaK& tma_k, const TmaK& tma_v,
+                                              const BwdArgs& a, const KeyBlock& kb, int hk,
+                                              int group, int m_lo, int nm, uint64_t& kv_full,
+                                              Pipe& pipe, const SK& sK, const SK& sV, const SQ& sQ,
+                                              const SQ& sdO) {
+  using namespace cute;
+  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Stages = Cfg::Stages;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 0 : kb.b, bts = varlen ? 1 : a.batches;
+  Tensor mK = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
+                            tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
+  Tensor mV = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
+                            tma_v.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
+  Tensor mQ = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
+                            tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
+  Tensor mdO = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
+                             tma_do.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
+  Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
+  Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
+  auto [tKg, tKs] =
+      tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [tVg, tVs] =
+      tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&kv_full, Cfg::kKVBytes);
+  copy(tma_k.with(kv_full), tKg(_, kb.blk), tKs(_, 0));
+  copy(tma_v.with(kv_full), tVg(_, kb.blk), tVs(_, 0));
+  auto st = producer_start<Stages>();
+  for (int it = 0; it < nm * group; ++it) {
+    const int h = hk * group + it / nm, m = m_lo + it % nm;
+    Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
+    Tensor gdO = local_tile(mdO(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
+    auto [tQg, tQs] =
+        tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tdOg, tdOs] = tma_partition(tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                      group_modes<0, 2>(gdO));
+    pipe.producer_acquire(st);
+    auto* bar = pipe.producer_get_barrier(st);
+    copy(tma_q.with(*bar), tQg(_, m), tQs(_, st.index()));
+    copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
+    ++st;
+  }
+  pipe.producer_tail(st);
+}
+
+// Epilogue: the rows of dK and dV a thread's accumulators hold (tKVc: (key, column) of each
+// element; zeros for keys no query sees, nothing past the sequence).
+template <class T, class TC, class TAcc>
+__device__ __forceinline__ void store_dk_dv(const BwdArgs& a, const KeyBlock& kb, int hk, int j0,
+                                            const TC& tKVc, const TAcc& tdKrdK,
+                                            const TAcc& tdVrdV) {
+  const int bt = a.cu_q != nullptr ? 0 : kb.b;
+  T* dk = static_cast<T*>(a.dk) + bt * a.dk_sb + hk * a.dk_sh;
+  T* dv = static_cast<T*>(a.dv) + bt * a.dv_sb + hk * a.dv_sh;
+  CUTE_UNROLL
+  for (int e = 0; e < cute::size(tdVrdV); e += 2) {
+    const int j = j0 + cute::get<0>(tKVc(e)), c = cute::get<1>(tKVc(e));
+    if (j >= kb.skv) continue;
+    *reinterpret_cast<uint32_t*>(dk + (kb.k_row0 + j) * a.dk_ss + c) =
+        pack_pair<T>(tdKrdK(e), tdKrdK(e + 1));
+    *reinterpret_cast<uint32_t*>(dv + (kb.k_row0 + j) * a.dv_ss + c) =
+        pack_pair<T>(tdVrdV(e), tdVrdV(e + 1));
+  }
+}
+
+// Host: the TMA loads of Q, dO (Br-row steps) and K, V (Bc-row blocks) of a kernel config.
+template <class Cfg>
+auto make_step_tmas(const BwdArgs& a) {
+  using T = typename Cfg::T;
+  constexpr int D = Cfg::D;
+  const int bt = a.cu_q != nullptr ? 1 : a.batches;
+  auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
+                                typename Cfg::SmemQ{});
+  auto tma_do =
+      make_tma_load<1>(gmem_rows<T, false>(a.dout, a.sq, D, a.hq, bt, a.do_ss, a.do_sh, a.do_sb),
+                       typename Cfg::SmemQ{});
+  auto tma_k = make_tma_load<1>(
+      gmem_rows<T, false>(a.k, a.skv, D, a.hkv, bt, a.k_ss, a.k_sh, a.k_sb), typename Cfg::SmemK{});
+  auto tma_v = make_tma_load<1>(
+      gmem_rows<T, false>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb), typename Cfg::SmemK{});
+  return cute::make_tuple(tma_q, tma_do, tma_k, tma_v);
+}
+
+// Host: one CTA per (Bc-key block, kv head, sequence); varlen grids add one spare block per
+// sequence (find_key_block).
+template <class Cfg>
+dim3 key_block_grid(const BwdArgs& a) {
+  const bool varlen = a.cu_q != nullptr;
+  const unsigned kblocks = static_cast<unsigned>((a.skv + Cfg::Bc - 1) / Cfg::Bc);
+  return dim3(varlen ? kblocks + a.batches : kblocks, a.hkv, varlen ? 1 : a.batches);
+}
+
 template <class Cfg, class TmaQ, class TmaK>
 __global__ void __launch_bounds__(Cfg::Threads, 1)
     attention_bwd_dkdv_wgmma(const __grid_constant__ TmaQ tma_q,
@@ -199,14 +307,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int offset = kb.skv - kb.sq;
   const bool varlen = a.cu_q != nullptr;
   const int bt = varlen ? 0 : kb.b;  // batch coordinate of the views
-
-  // Query blocks that see some key of [j0, j_last].
-  const int j_last = min(j0 + Bc, kb.skv) - 1;
-  int i_min = 0, i_max = kb.sq - 1;
-  if (a.window_right >= 0) i_min = max(i_min, j0 - offset - a.window_right);
-  if (a.window_left >= 0) i_max = min(i_max, j_last - offset + a.window_left);
-  const int m_lo = max(i_min, 0) / Br;
-  const int nm = i_max >= i_min ? i_max / Br + 1 - m_lo : 0;
+  int m_lo, nm;
+  visible_query_blocks<Bc, Br>(a, kb, j0, m_lo, nm);
   const int iters = nm * group;
 
   extern __shared__ char smem_raw[];
@@ -230,40 +332,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     producer_registers<40>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
     if (pwarp == 0 && elect_one() && iters > 0) {
-      const int bts = varlen ? 1 : a.batches;
-      Tensor mK = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
-                                tma_k.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
-      Tensor mV = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
-                                tma_v.get_tma_tensor(make_shape(a.skv, D, a.hkv, bts)));
-      Tensor mQ = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
-                                tma_q.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
-      Tensor mdO = domain_offset(make_coord(static_cast<int>(kb.q_row0), 0, 0, 0),
-                                 tma_do.get_tma_tensor(make_shape(a.sq, D, a.hq, bts)));
-      Tensor gK = local_tile(mK(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
-      Tensor gV = local_tile(mV(_, _, hk, bt), Shape<Int<Bc>, Int<D>>{}, make_coord(_, 0));
-      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Cfg::kKVBytes);
-      copy(tma_k.with(smem.kv_full), tKg(_, kb.blk), tKs(_, 0));
-      copy(tma_v.with(smem.kv_full), tVg(_, kb.blk), tVs(_, 0));
-      auto st = producer_start<Stages>();
-      for (int it = 0; it < iters; ++it) {
-        const int h = hk * group + it / nm, m = m_lo + it % nm;
-        Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
-        Tensor gdO = local_tile(mdO(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
-        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                        group_modes<0, 2>(gQ));
-        auto [tdOg, tdOs] = tma_partition(tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
-                                          group_modes<0, 2>(gdO));
-        pipe.producer_acquire(st);
-        auto* bar = pipe.producer_get_barrier(st);
-        copy(tma_q.with(*bar), tQg(_, m), tQs(_, st.index()));
-        copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
-        ++st;
-      }
-      pipe.producer_tail(st);
+      produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
+                         pipe, sK, sV, sQ, sdO);
     } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
       // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart).
       const int lane = threadIdx.x % 32;
@@ -533,33 +603,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   }
 
   // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
-  T* dk = static_cast<T*>(a.dk) + bt * a.dk_sb + hk * a.dk_sh;
-  T* dv = static_cast<T*>(a.dv) + bt * a.dv_sb + hk * a.dv_sh;
-  CUTE_UNROLL
-  for (int e = 0; e < size(tdVrdV); e += 2) {
-    const int j = j0 + get<0>(tKVc(e)), c = get<1>(tKVc(e));
-    if (j >= kb.skv) continue;
-    *reinterpret_cast<uint32_t*>(dk + (kb.k_row0 + j) * a.dk_ss + c) =
-        pack_pair<T>(tdKrdK(e), tdKrdK(e + 1));
-    *reinterpret_cast<uint32_t*>(dv + (kb.k_row0 + j) * a.dv_ss + c) =
-        pack_pair<T>(tdVrdV(e), tdVrdV(e + 1));
-  }
+  store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
 }
 
 template <class T, int D>
 void launch(const BwdArgs& a, cudaStream_t stream) {
   using Cfg = BwdConfig<T, D>;
-  const bool varlen = a.cu_q != nullptr;
-  const int bt = varlen ? 1 : a.batches;
-  auto tma_q = make_tma_load<1>(gmem_rows<T, false>(a.q, a.sq, D, a.hq, bt, a.q_ss, a.q_sh, a.q_sb),
-                                typename Cfg::SmemQ{});
-  auto tma_do =
-      make_tma_load<1>(gmem_rows<T, false>(a.dout, a.sq, D, a.hq, bt, a.do_ss, a.do_sh, a.do_sb),
-                       typename Cfg::SmemQ{});
-  auto tma_k = make_tma_load<1>(
-      gmem_rows<T, false>(a.k, a.skv, D, a.hkv, bt, a.k_ss, a.k_sh, a.k_sb), typename Cfg::SmemK{});
-  auto tma_v = make_tma_load<1>(
-      gmem_rows<T, false>(a.v, a.skv, D, a.hkv, bt, a.v_ss, a.v_sh, a.v_sb), typename Cfg::SmemK{});
+  auto [tma_q, tma_do, tma_k, tma_v] = make_step_tmas<Cfg>(a);
   auto kernel = attention_bwd_dkdv_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
   static bool configured = false;  // per instantiation: the attribute outlives the call
   if (!configured) {
@@ -568,9 +618,8 @@ void launch(const BwdArgs& a, cudaStream_t stream) {
     if (err != cudaSuccess) return;  // the launch check reports it
     configured = true;
   }
-  const unsigned kblocks = static_cast<unsigned>((a.skv + Cfg::Bc - 1) / Cfg::Bc);
-  const dim3 grid(varlen ? kblocks + a.batches : kblocks, a.hkv, varlen ? 1 : a.batches);
-  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, a);
+  kernel<<<key_block_grid<Cfg>(a), Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k,
+                                                                            tma_v, a);
 }
 
 }  // namespace bwd_wgmma
