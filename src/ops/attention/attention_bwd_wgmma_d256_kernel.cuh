@@ -234,6 +234,30 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int dq_xor = ((lane % 4) / 2) ^ rq;
   uint32_t* ds_words = reinterpret_cast<uint32_t*>(tKVrdS.data());  // 16 pairs
   uint32_t* p_words = reinterpret_cast<uint32_t*>(tKVrP.data());
+  // 16 operand words (16-bit pairs) of this thread to / from exchange slots slot0 .. slot0 + 3.
+  auto send_words = [&](int slot0, const uint32_t* w) __attribute__((always_inline)) {
+    CUTE_UNROLL
+    for (int g = 0; g < 4; ++g)
+      reinterpret_cast<uint4&>(smem.xchg[slot0 + g][wtid]) =
+          make_uint4(w[4 * g], w[4 * g + 1], w[4 * g + 2], w[4 * g + 3]);
+  };
+  auto receive_words = [&](int slot0, uint32_t* w) __attribute__((always_inline)) {
+    CUTE_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      const uint4 v = reinterpret_cast<const uint4&>(smem.xchg[slot0 + g][wtid]);
+      w[4 * g] = v.x, w[4 * g + 1] = v.y, w[4 * g + 2] = v.z, w[4 * g + 3] = v.w;
+    }
+  };
+  // dV[:, this half] += P^T dO[:, this half] (RS WGMMA) on the step's stage.
+  auto dv_issue = [&](int stage) __attribute__((always_inline)) {
+    warpgroup_fence_operand(tKVrP);
+    warpgroup_fence_operand(tdVrdV);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < Br / 16; ++k)
+      cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), tdVrdV);
+    warpgroup_commit_batch();
+  };
 
   CUTE_UNROLL
   for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
@@ -357,25 +381,11 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           probs(False{}, False{});
         }
         to_a_operand(tKVrP, tSrS);
-        CUTE_UNROLL
-        for (int g = 0; g < 4; ++g)
-          reinterpret_cast<uint4&>(smem.xchg[8 + g][wtid]) = make_uint4(
-              p_words[4 * g], p_words[4 * g + 1], p_words[4 * g + 2], p_words[4 * g + 3]);
+        send_words(8, p_words);
         named_barrier_arrive(kPReady);
-        warpgroup_fence_operand(tKVrP);
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_arrive();
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
-        warpgroup_commit_batch();
+        dv_issue(s);
         named_barrier_sync(kDsReady);
-        CUTE_UNROLL
-        for (int g = 0; g < 4; ++g) {
-          const uint4 w = reinterpret_cast<const uint4&>(smem.xchg[g][wtid]);
-          ds_words[4 * g] = w.x, ds_words[4 * g + 1] = w.y;
-          ds_words[4 * g + 2] = w.z, ds_words[4 * g + 3] = w.w;
-        }
+        receive_words(0, ds_words);
       } else {
         // dS^T = P^T (dP^T - delta) s' = [P^T s' / scale] (scale dP^T - scale delta), the
         // bracket and P^T's A operand from warpgroup 0.
@@ -390,17 +400,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
             tSrS(e) = pv[u] * fmaf(tSrS(e), a.scale, -rowv[g][u % 2]);
           }
         }
-        CUTE_UNROLL
-        for (int g = 0; g < 4; ++g) {
-          const uint4 w = reinterpret_cast<const uint4&>(smem.xchg[8 + g][wtid]);
-          p_words[4 * g] = w.x, p_words[4 * g + 1] = w.y;
-          p_words[4 * g + 2] = w.z, p_words[4 * g + 3] = w.w;
-        }
+        receive_words(8, p_words);
         to_a_operand(tKVrdS, tSrS);
-        CUTE_UNROLL
-        for (int g = 0; g < 4; ++g)
-          reinterpret_cast<uint4&>(smem.xchg[g][wtid]) = make_uint4(
-              ds_words[4 * g], ds_words[4 * g + 1], ds_words[4 * g + 2], ds_words[4 * g + 3]);
+        send_words(0, ds_words);
         // dS (query pairs, 4 bytes) into the swizzled A tile of dQ = dS K: element (q, key) at
         // byte (key / 8) 1024 + (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 (MN-major
         // 128B swizzle). With key = 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1}
@@ -415,13 +417,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         }
         cutlass::arch::fence_view_async_shared();  // sdS: read by the async proxy (WGMMA)
         named_barrier_arrive(kDsReady);
-        warpgroup_fence_operand(tKVrP);
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_arrive();
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
-        warpgroup_commit_batch();
+        dv_issue(s);
       }
       warpgroup_fence_operand(tKVrdS);
       warpgroup_fence_operand(tdKrdK);
