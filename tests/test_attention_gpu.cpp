@@ -236,6 +236,16 @@ TEST_F(AttentionGpu, Long1000) {
   run(make(DType::f16, 1, 1500, 1000, 2, 1, 64, true));  // causal Sq > Skv: empty rows
 }
 
+// Causal problems of more query blocks than SMs take the persistent schedule (one CTA per SM,
+// blocks from a ticket counter that the last CTA zeroes for the next launch): GQA, rows with no
+// visible key (Sq > Skv), every head dim; several launches in a row on one stream.
+TEST_F(AttentionGpu, PersistentScheduleCausal) {
+  run(make(DType::bf16, 2, 1500, 1000, 40, 8, 128, true));  // 960 blocks, 3 per head empty
+  run(make(DType::f16, 3, 700, 900, 48, 6, 64, true));      // BM 192: 576 blocks
+  run(make(DType::bf16, 1, 1100, 1100, 20, 4, 256, true));  // 180 blocks
+  run(make(DType::bf16, 2, 1500, 1000, 40, 8, 128, true));  // the counter was zeroed
+}
+
 TEST_F(AttentionGpu, Long4097) {
   for (int d : {64, 128})
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 4097, 4097, 8, 1, d, causal));

@@ -211,6 +211,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor
   if (a.window_left >= sq + skv) a.window_left = -1;
   if (a.window_right >= sq + skv) a.window_right = -1;
 
+  a.sms = detail::current_sm_count();
   const bool bf16 = q.dtype == DType::bf16;
   if (!force_simt() && attention_detail::wgmma_supported(a, bf16)) {
     if (bf16)

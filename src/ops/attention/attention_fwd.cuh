@@ -31,13 +31,19 @@ struct FwdArgs {
   int batches = 0, hq = 0, hkv = 0, d = 0;
   // Padded: the sequence lengths. Varlen: the row totals Tq, Tk of q and k/v.
   int sq = 0, skv = 0;
-  float scale = 0.f;         // resolved (> 0)
-  float softcap = 0.f;       // 0: none
-  int window_left = -1;      // < 0: unlimited
-  int window_right = -1;     // < 0: unlimited (causal already folded in as 0)
-  bool pingpong = true;      // WGMMA path: warpgroup ping-pong (set by the launcher)
-  int tiles_x = 0;           // WGMMA path: query blocks per (head, batch)
-  bool pair_blocks = false;  // WGMMA path: blocks p and tiles_x - 1 - p in one CTA
+  float scale = 0.f;      // resolved (> 0)
+  float softcap = 0.f;    // 0: none
+  int window_left = -1;   // < 0: unlimited
+  int window_right = -1;  // < 0: unlimited (causal already folded in as 0)
+  bool pingpong = true;   // WGMMA path: warpgroup ping-pong (set by the launcher)
+  int tiles_x = 0;        // WGMMA path: query blocks per (head, batch)
+  // WGMMA path, persistent schedule (padded batches): one CTA per SM takes query blocks from
+  // a ticket counter; sched points at [tickets, finished CTAs] in the stream workspace (zero
+  // on entry, zeroed again by the last CTA). Blocks run in sections of sched_groups (head,
+  // batch) pairs, longest first within a section.
+  int* sched = nullptr;
+  int sms = 0;  // the device's SM count (set by the launcher)
+  int sched_groups = 0;
 };
 
 // The WGMMA path; returns false (nothing launched) when the layout does not qualify.

@@ -1,8 +1,8 @@
 // Hopper attention forward (FlashAttention-style), TMA + WGMMA, warp-specialized.
 //
-// One CTA per (BM-row query block, q head, sequence) - or per pair of blocks p, tiles_x-1-p
-// of one head under causal-like masks (equal work per CTA, see the kernel) - with 1 producer
-// + 2 consumer warpgroups (BM = 128; D = 64: 3 consumers, BM = 192):
+// One CTA per (BM-row query block, q head, sequence) - or, for padded batches of more blocks
+// than SMs, one persistent CTA per SM that takes blocks from a ticket counter (see the
+// kernel) - with 1 producer + 2 consumer warpgroups (BM = 128; D = 64: 3 consumers, BM = 192):
 //   producer : one elected thread TMA-loads the (BM x D) Q tile (own mbarrier), then
 //              walks the visible key tiles right to left, loading each (BN x D) K tile and
 //              V tile into one stage of a Stages-deep ring (tile/sm90/pipeline.cuh).
@@ -33,6 +33,7 @@
 #include <cute/tensor.hpp>
 
 #include "ops/attention/attention_fwd.cuh"
+#include "runtime/workspace.hpp"
 #include "tile/sm90/pipeline.cuh"
 #include "tile/sm90/tma.cuh"
 #include "tile/sm90/warpgroup.cuh"
@@ -86,6 +87,7 @@ struct FwdConfig {
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t q_full;
     alignas(8) uint64_t q_empty;
+    int ticket;  // persistent schedule: the block whose Q q_full announces (-1: none left)
   };
   static constexpr uint32_t kQBytes = stage_bytes<T, SmemQ>;
   static constexpr uint32_t kKVBytes = stage_bytes<T, SmemK> + stage_bytes<T, SmemV>;
@@ -159,9 +161,28 @@ __device__ __forceinline__ void key_tile_range(const FwdArgs& a, const Block& bl
   lo = min(begin / BN, hi);
 }
 
-// Paired: the CTA computes blocks p and tiles_x - 1 - p (pair_blocks); else one block (a
-// separate instantiation: the one-block kernel keeps its registers for the tile loop).
-template <class Cfg, bool Paired, class TmaQ, class TmaK, class TmaV>
+// How a CTA finds its query blocks.
+enum class Sched {
+  one,         // one block per CTA (blockIdx)
+  persistent,  // one CTA per SM; blocks from a ticket counter (FwdArgs::sched)
+};
+
+// Persistent schedule: ticket t -> the virtual grid's (x, rr). Sections of sched_groups
+// (head, batch) pairs, whose K/V stay in L2 while the section runs; within one, x-major, so
+// x = 0 (the longest block under causal masks) of every pair first: the CTAs that take the
+// last tickets get the shortest blocks, and the kernel ends nearly level.
+__device__ __forceinline__ void ticket_block(const FwdArgs& a, int t, int& x, int& rr) {
+  const int groups = a.hq * a.batches;
+  const int per_section = a.sched_groups * a.tiles_x;
+  const int section = t / per_section, r = t - section * per_section;
+  const int in_section = min(a.sched_groups, groups - section * a.sched_groups);
+  x = r / in_section;
+  rr = section * a.sched_groups + (r - x * in_section);
+}
+
+// Sched::one keeps its own instantiation: the one-block kernel keeps its registers for the
+// tile loop.
+template <class Cfg, Sched kSched, class TmaQ, class TmaK, class TmaV>
 __global__ void __launch_bounds__(Cfg::Threads, 1)
     attention_fwd_kernel(const __grid_constant__ TmaQ tma_q, const __grid_constant__ TmaK tma_k,
                          const __grid_constant__ TmaV tma_v, const __grid_constant__ FwdArgs a) {
@@ -169,37 +190,30 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   using T = typename Cfg::T;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, D = Cfg::D, Stages = Cfg::Stages;
 
-  // A CTA computes one query block, or with pair_blocks (causal-like masks, padded batches)
-  // two of the same head: x = p and tiles_x - 1 - p, a long and a short one, so that every
-  // CTA has the same work and its fixed costs (Q and first K/V loads, the first tile without
-  // overlap, the last PV, the epilogue) are spread over twice the key tiles on average. The
-  // K/V ring runs on into the second block; its Q is loaded once the consumers' last QK^T of
-  // the first has completed (q_empty), while they finish that block's PV and epilogue.
+  // Persistent: the CTA runs query blocks one after another. The K/V ring runs on into the
+  // next block; its Q is loaded once the consumers' last QK^T of the previous one has
+  // completed (q_empty), while they finish that block's PV and epilogue, so a block's fixed
+  // costs (Q and first K/V loads, the first tile without overlap, the last PV, the epilogue)
+  // overlap its neighbours' work.
+  constexpr bool Persistent = kSched == Sched::persistent;
   const bool varlen = a.cu_q != nullptr;
-  // (p, rr and the block count are recomputed from blockIdx and the parameters where used:
-  // kept live across the block loop they cost the consumers a spill.)
-  auto pair_index = [&] {
-    return static_cast<int>(blockIdx.x) % (a.pair_blocks ? (a.tiles_x + 1) / 2 : a.tiles_x);
-  };
-  auto my_tiles = [&] {
-    if constexpr (!Paired) {
-      return 1;
+  // The block of ticket t: its block, q head and the visible key tiles [n_lo, n_hi); false:
+  // no such block (varlen grids have spare CTAs; persistent grids are padded batches only).
+  auto decode = [&](int t, Block& blk, int& h, int& n_lo, int& n_hi) {
+    int x, rr;
+    if constexpr (Persistent) {
+      ticket_block(a, t, x, rr);
     } else {
-      const int p = pair_index();
-      return a.tiles_x - 1 - p != p ? 2 : 1;
+      x = t % a.tiles_x;
+      rr = t / a.tiles_x;
     }
-  };
-  // Block k of this CTA: its block, q head and the visible key tiles [n_lo, n_hi); false:
-  // no such block (varlen grids have spare CTAs).
-  auto decode = [&](int k, Block& blk, int& h, int& n_lo, int& n_hi) {
-    const int p = pair_index();
-    const int rr = static_cast<int>(blockIdx.x) / (a.pair_blocks ? (a.tiles_x + 1) / 2 : a.tiles_x);
-    const int x = k == 0 ? p : a.tiles_x - 1 - p;
     h = rr % a.hq;
     if (!find_block<BM>(a, x, rr / a.hq, blk)) return false;
     key_tile_range<BM, BN>(a, blk, n_lo, n_hi);
     return true;
   };
+  // Sched::one: the one ticket blockIdx.x.
+  const int total_tickets = Persistent ? a.tiles_x * a.hq * a.batches : blockIdx.x + 1;
 
   extern __shared__ char smem_raw[];
   const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
@@ -212,6 +226,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
     cutlass::arch::ClusterBarrier::init(&smem.q_empty, Cfg::Consumers * kWarpgroupThreads);
+    smem.ticket = -1;
     cutlass::arch::fence_barrier_init();
   }
   auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kKVBytes,
@@ -222,11 +237,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     producer_registers<Cfg::kProducerRegs>();
     if (warp_in_warpgroup() == 0 && elect_one()) {
       auto st = producer_start<Stages>();
-      int loaded = 0;  // tiles whose Q was loaded (the q_full / q_empty phases)
-      for (int k = 0; k < my_tiles(); ++k) {
+      int loaded = 0;  // blocks announced on q_full (its and q_empty's phases)
+      for (int ticket = blockIdx.x; ticket < total_tickets;) {
         Block blk;
         int h, n_lo, n_hi;
-        if (!decode(k, blk, h, n_lo, n_hi) || n_hi <= n_lo) continue;
+        int next_ticket = total_tickets;
+        // The next ticket is fetched now and used once this block's loads are issued.
+        if constexpr (Persistent) next_ticket = static_cast<int>(gridDim.x) + atomicAdd(a.sched, 1);
+        if (!decode(ticket, blk, h, n_lo, n_hi) || (!Persistent && n_hi <= n_lo)) break;
         const int hk = h / (a.hq / a.hkv), bt = varlen ? 0 : blk.b;
         Tensor mQ =
             domain_offset(make_coord(static_cast<int>(blk.q_row0), 0, 0, 0),
@@ -248,7 +266,15 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
                                         group_modes<0, 2>(gV));
         // The first K/V tile may go out before Q's buffer is free; Q waits for q_empty.
         int n = n_hi - 1;
-        if (Paired && loaded > 0) {
+        if (Persistent && n_hi <= n_lo) {  // no visible key: the consumers write the empty rows
+          if (loaded > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (loaded - 1) & 1);
+          smem.ticket = ticket;
+          cutlass::arch::ClusterBarrier::arrive(&smem.q_full);
+          ++loaded;
+          ticket = next_ticket;
+          continue;
+        }
+        if (Persistent && loaded > 0) {
           pipe.producer_acquire(st);
           auto* bar = pipe.producer_get_barrier(st);
           copy(tma_k.with(*bar), tKg(_, n), tKs(_, st.index()));
@@ -257,6 +283,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           --n;
           cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (loaded - 1) & 1);
         }
+        if constexpr (Persistent) smem.ticket = ticket;  // published by q_full's arrive
         cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Cfg::kQBytes);
         copy(tma_q.with(smem.q_full), tQg, tQs(_, 0));
         for (; n >= n_lo; --n) {
@@ -267,6 +294,19 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           ++st;
         }
         ++loaded;
+        ticket = next_ticket;
+      }
+      if constexpr (Persistent) {
+        // No more tickets: tell the consumers (ticket -1), then the last CTA to finish zeroes
+        // the counters for the next launch on this stream (the workspace's contract).
+        if (loaded > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (loaded - 1) & 1);
+        smem.ticket = -1;
+        cutlass::arch::ClusterBarrier::arrive(&smem.q_full);
+        __threadfence();
+        if (atomicAdd(a.sched + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+          a.sched[0] = 0;
+          a.sched[1] = 0;
+        }
       }
       pipe.producer_tail(st);
     }
@@ -315,10 +355,21 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   PipeState<Stages> st;
   int loaded = 0;
 
-  for (int k = 0; k < my_tiles(); ++k) {
+  for (int k = 0; Persistent || k < 1; ++k) {
     Block blk;
     int h, n_lo, n_hi;
-    if (!decode(k, blk, h, n_lo, n_hi)) continue;
+    if constexpr (Persistent) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, loaded & 1);
+      const int ticket = *static_cast<volatile int*>(&smem.ticket);
+      if (ticket < 0) break;
+      decode(ticket, blk, h, n_lo, n_hi);
+      if (n_hi <= n_lo) {  // Q was not loaded; the producer reuses its buffer after this
+        cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);
+        ++loaded;
+      }
+    } else if (!decode(blockIdx.x, blk, h, n_lo, n_hi)) {
+      break;
+    }
     const int offset = blk.skv - blk.sq;
     const int row_base = blk.m * BM + wgc * 64 + warp * 16 + lane / 4;  // + 8 * i1
 
@@ -327,7 +378,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.f;
 
     if (n_hi > n_lo) {
-      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, Paired ? loaded & 1 : 0);
+      if constexpr (!Persistent)  // (persistent: waited above, before the ticket was read)
+        cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
       const int row_lo = blk.m * BM, row_hi = blk.m * BM + BM - 1;
       auto issue_qk = [&](int stage) {
         mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
@@ -444,7 +496,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           pipe.consumer_release(st);
           ++st;
         }
-        if constexpr (Paired)
+        if constexpr (Persistent)
           cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);  // all QK^T done
       } else {
         // The first tile alone (nothing to overlap); then no branch between a WGMMA's issue
@@ -475,14 +527,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           st_prev = st;
           ++st;
         }
-        if constexpr (Paired)
+        if constexpr (Persistent)
           cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);  // all QK^T done
         issue_pv(st_prev.index());
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         pipe.consumer_release(st_prev);
       }
-      if constexpr (Paired) ++loaded;
+      if constexpr (Persistent) ++loaded;
     }
 
     // ---- epilogue: normalize, join the sink, store O and lse ----
@@ -558,18 +610,42 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
   FwdArgs args = a;
   args.pingpong = pingpong;
   // Virtual grid (tiles_x, Hq, batches or 1): varlen has ceil(Tq / BM) + B blocks per head
-  // (every sequence's last block may be partial), padded batches ceil(Sq / BM). Causal-like
-  // masks (window_right >= 0) on padded batches pair a long and a short block per CTA.
+  // (every sequence's last block may be partial), padded batches ceil(Sq / BM).
   args.tiles_x =
       varlen ? (a.sq + Cfg::BM - 1) / Cfg::BM + a.batches : (a.sq + Cfg::BM - 1) / Cfg::BM;
-  // TESSEL_ATTENTION_PAIR=0: one block per CTA (A/B).
-  static const bool pair_allowed = [] {
-    const char* e = std::getenv("TESSEL_ATTENTION_PAIR");
-    return e == nullptr || std::strcmp(e, "0") != 0;
+  const int64_t blocks = int64_t{args.tiles_x} * a.hq * (varlen ? 1 : a.batches);
+  // Padded batches of more blocks than SMs run persistent (H100, B4 H32 S4096, against one
+  // block per CTA and, for causal, the earlier pairing of blocks p and tiles_x - 1 - p: D128
+  // causal +4 %, D64 causal +5 %, D64 +3-5 %, D128 +1-2 %; docs/attention.md, session 21).
+  // TESSEL_ATTENTION_SCHED=one / persistent forces either (A/B, tests).
+  static const int sched_env = [] {
+    const char* e = std::getenv("TESSEL_ATTENTION_SCHED");
+    if (e == nullptr) return -1;
+    return std::strcmp(e, "persistent") == 0 ? 1 : 0;
   }();
-  args.pair_blocks = pair_allowed && !varlen && a.window_right >= 0 && args.tiles_x > 1;
-  const int64_t pairs = args.pair_blocks ? (args.tiles_x + 1) / 2 : args.tiles_x;
-  const dim3 grid(static_cast<unsigned>(pairs * a.hq * (varlen ? 1 : a.batches)));
+  bool persistent = !varlen && (sched_env == 1 || (sched_env < 0 && blocks > a.sms));
+  if (persistent) {
+    // Two ints of zeroed scratch (not allocated while a graph is being captured: then one
+    // block per CTA).
+    args.sched = static_cast<int*>(
+        detail::stream_workspace(stream, 2 * sizeof(int), !detail::stream_capturing(stream)));
+    persistent = args.sched != nullptr;
+  }
+  dim3 grid(static_cast<unsigned>(blocks));
+  if (persistent) {
+    // Sections of (head, batch) pairs whose K/V fit in ~16 MB of L2 (query heads sharing a
+    // KV head count once). TESSEL_ATTENTION_SECTION=n overrides (A/B).
+    static const int section_env = [] {
+      const char* e = std::getenv("TESSEL_ATTENTION_SECTION");
+      return e ? std::atoi(e) : 0;
+    }();
+    const int64_t kv_bytes_per_q_head =
+        std::max<int64_t>(1, 2 * int64_t{a.skv} * D * int64_t{sizeof(T)} / (a.hq / a.hkv));
+    args.sched_groups = static_cast<int>(std::clamp<int64_t>(
+        section_env > 0 ? section_env : (int64_t{16} << 20) / kv_bytes_per_q_head, 1,
+        int64_t{a.hq} * a.batches));
+    grid = dim3(static_cast<unsigned>(std::min<int64_t>(blocks, std::max(a.sms, 1))));
+  }
   auto go = [&](auto kernel, bool& configured) {  // configured: per instantiation
     if (!configured) {
       cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -579,13 +655,14 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
     }
     kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_k, tma_v, args);
   };
-  static bool configured_one = false, configured_paired = false;
-  if (args.pair_blocks)
-    go(attention_fwd_kernel<Cfg, true, decltype(tma_q), decltype(tma_k), decltype(tma_v)>,
-       configured_paired);
+  static bool configured_one = false, configured_persistent = false;
+  using TQ = decltype(tma_q);
+  using TK = decltype(tma_k);
+  using TV = decltype(tma_v);
+  if (persistent)
+    go(attention_fwd_kernel<Cfg, Sched::persistent, TQ, TK, TV>, configured_persistent);
   else
-    go(attention_fwd_kernel<Cfg, false, decltype(tma_q), decltype(tma_k), decltype(tma_v)>,
-       configured_one);
+    go(attention_fwd_kernel<Cfg, Sched::one, TQ, TK, TV>, configured_one);
 }
 
 template <class T>
