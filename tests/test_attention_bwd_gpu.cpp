@@ -342,16 +342,6 @@ TEST_F(AttentionBwdGpu, WgmmaTileEdges) {
   run(make(DType::bf16, 1, 4097, 65, 2, 1, 256, false));
 }
 
-// D = 64 / 128 problems of more key blocks than SMs (padded batches, no left window) take the
-// persistent schedule: one CTA per SM, key blocks from a ticket counter that the last CTA
-// zeroes for the next launch; several launches in a row on one stream.
-TEST_F(AttentionBwdGpu, PersistentSchedule) {
-  run(make(DType::bf16, 2, 1100, 1100, 32, 8, 128, true));  // 144 key blocks, GQA 4
-  run(make(DType::f16, 3, 700, 1300, 16, 16, 64, false));   // 528 key blocks, Sq < Skv
-  run(make(DType::bf16, 3, 1500, 1000, 24, 8, 128, true));  // causal Sq > Skv
-  run(make(DType::bf16, 2, 1100, 1100, 32, 8, 128, true));  // the counter was zeroed
-}
-
 TEST_F(AttentionBwdGpu, Long) {
   for (int d : {64, 128})
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 1000, 1000, 4, 1, d, causal));

@@ -261,7 +261,6 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   if (!no_q || !no_k) {
     const bool wgmma = !force_mma() && attention_detail::bwd_wgmma_supported(a);
-    a.sms = detail::current_sm_count();
     if (wgmma && a.d == 256 && bf16)
       attention_detail::launch_bwd_wgmma_d256_bf16(a, stream);
     else if (wgmma && a.d == 256)

@@ -38,13 +38,6 @@ struct BwdArgs {
   int window_left = -1;   // < 0: unlimited
   int window_right = -1;  // < 0: unlimited (causal folded in as 0)
   bool vec = false;       // q/k/v/dout 16-byte aligned bases and strides: 16-byte async copies
-  // WGMMA path (D = 64, 128), persistent schedule (padded batches of more key blocks than
-  // SMs): [tickets, finished CTAs] in the stream workspace (zero on entry, zeroed again by the
-  // last CTA); sections of sched_groups (kv head, batch) pairs, key block 0 (the longest under
-  // causal masks) of every pair first.
-  int* sched = nullptr;
-  int sched_groups = 0;
-  int sms = 0;  // the device's SM count (set by the launcher)
 };
 
 // The three steps after the preprocess (delta): dk/dv by key blocks (with dq atomics into

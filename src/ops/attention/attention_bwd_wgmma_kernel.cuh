@@ -105,8 +105,6 @@ struct BwdConfig {
     alignas(16) float delta[Consumers][2][Br];
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t kv_full;
-    alignas(8) uint64_t kv_empty;  // persistent: the consumers are done with K / V
-    int ticket;                    // persistent: the key block kv_full announces (-1: none)
   };
   static constexpr uint32_t kQBytes = 2 * stage_bytes<T, SmemQ>;  // Q and dO
   static constexpr uint32_t kKVBytes = 2 * stage_bytes<T, SmemK>;
@@ -154,17 +152,16 @@ struct KeyBlock {
   int sq = 0, skv = 0;
 };
 
-// Key block x of sequence z (padded batches) or of the varlen grid's row x.
 template <int Bc>
-__device__ __forceinline__ bool find_key_block_at(const BwdArgs& a, int x, int z, KeyBlock& kb) {
+__device__ __forceinline__ bool find_key_block(const BwdArgs& a, KeyBlock& kb) {
   if (a.cu_q == nullptr) {
-    kb.b = z;
-    kb.blk = x;  // key block 0 sees the most queries under a causal mask: first
+    kb.b = blockIdx.z;
+    kb.blk = blockIdx.x;  // key block 0 sees the most queries under a causal mask: first
     kb.sq = a.sq;
     kb.skv = a.skv;
     return true;
   }
-  int id = x;
+  int id = static_cast<int>(blockIdx.x);
   for (int b = 0; b < a.batches; ++b) {
     const int k0 = a.cu_k[b], k1 = a.cu_k[b + 1];
     const int nb = (k1 - k0 + Bc - 1) / Bc;
@@ -176,25 +173,6 @@ __device__ __forceinline__ bool find_key_block_at(const BwdArgs& a, int x, int z
     id -= nb;
   }
   return false;
-}
-template <int Bc>
-__device__ __forceinline__ bool find_key_block(const BwdArgs& a, KeyBlock& kb) {
-  return find_key_block_at<Bc>(a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.z), kb);
-}
-
-// Persistent schedule: ticket t -> key block x of (kv head hk, sequence b). Sections of
-// sched_groups (kv head, batch) pairs whose Q / dO stay in L2 while the section runs; x-major
-// within one, so the longest causal key blocks come first and the kernel ends on short ones.
-__device__ __forceinline__ void key_ticket(const BwdArgs& a, int kblocks, int t, int& x, int& hk,
-                                           int& b) {
-  const int groups = a.hkv * a.batches;
-  const int per_section = a.sched_groups * kblocks;
-  const int section = t / per_section, r = t - section * per_section;
-  const int in_section = min(a.sched_groups, groups - section * a.sched_groups);
-  x = r / in_section;
-  const int pair = section * a.sched_groups + (r - x * in_section);
-  hk = pair % a.hkv;
-  b = pair / a.hkv;
 }
 
 template <class T>
@@ -218,18 +196,14 @@ __device__ __forceinline__ void visible_query_blocks(const BwdArgs& a, const Key
 }
 
 // Producer thread: the key block's K and V once (kv_full), then Q and dO of every step (q head
-// hk * group + it / nm, query block m_lo + it % nm) into the pipeline's stages. The first
-// `early` steps go out before K and V, after which before_kv() runs (the persistent kernel
-// waits there for the previous key block's K / V buffers).
-template <class Cfg, class TmaQ, class TmaK, class Pipe, class PipeSt, class SK, class SQ,
-          class BeforeKV>
-__device__ __forceinline__ void produce_key_block(const TmaQ& tma_q, const TmaQ& tma_do,
-                                                  const TmaK& tma_k, const TmaK& tma_v,
-                                                  const BwdArgs& a, const KeyBlock& kb, int hk,
-                                                  int group, int m_lo, int nm, uint64_t& kv_full,
-                                                  Pipe& pipe, PipeSt& st, const SK& sK,
-                                                  const SK& sV, const SQ& sQ, const SQ& sdO,
-                                                  int early, BeforeKV&& before_kv) {
+// hk * group + it / nm, query block m_lo + it % nm) into the pipeline's stages.
+template <class Cfg, class TmaQ, class TmaK, class Pipe, class SK, class SQ>
+__device__ __forceinline__ void produce_steps(const TmaQ& tma_q, const TmaQ& tma_do,
+                                              const TmaK& tma_k, const TmaK& tma_v,
+                                              const BwdArgs& a, const KeyBlock& kb, int hk,
+                                              int group, int m_lo, int nm, uint64_t& kv_full,
+                                              Pipe& pipe, const SK& sK, const SK& sV, const SQ& sQ,
+                                              const SQ& sdO) {
   using namespace cute;
   constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Stages = Cfg::Stages;
   const bool varlen = a.cu_q != nullptr;
@@ -248,20 +222,11 @@ __device__ __forceinline__ void produce_key_block(const TmaQ& tma_q, const TmaQ&
       tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   auto [tVg, tVs] =
       tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-  auto load_kv = [&] {
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&kv_full, Cfg::kKVBytes);
-    copy(tma_k.with(kv_full), tKg(_, kb.blk), tKs(_, 0));
-    copy(tma_v.with(kv_full), tVg(_, kb.blk), tVs(_, 0));
-  };
-  if (early == 0) {
-    before_kv();
-    load_kv();
-  }
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&kv_full, Cfg::kKVBytes);
+  copy(tma_k.with(kv_full), tKg(_, kb.blk), tKs(_, 0));
+  copy(tma_v.with(kv_full), tVg(_, kb.blk), tVs(_, 0));
+  auto st = producer_start<Stages>();
   for (int it = 0; it < nm * group; ++it) {
-    if (it == early && early > 0) {
-      before_kv();
-      load_kv();
-    }
     const int h = hk * group + it / nm, m = m_lo + it % nm;
     Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
     Tensor gdO = local_tile(mdO(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
@@ -275,23 +240,6 @@ __device__ __forceinline__ void produce_key_block(const TmaQ& tma_q, const TmaQ&
     copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
     ++st;
   }
-  if (early >= nm * group && early > 0) {  // fewer steps than `early`
-    before_kv();
-    load_kv();
-  }
-}
-
-// One key block per CTA: K / V, the steps, the pipeline's tail.
-template <class Cfg, class TmaQ, class TmaK, class Pipe, class SK, class SQ>
-__device__ __forceinline__ void produce_steps(const TmaQ& tma_q, const TmaQ& tma_do,
-                                              const TmaK& tma_k, const TmaK& tma_v,
-                                              const BwdArgs& a, const KeyBlock& kb, int hk,
-                                              int group, int m_lo, int nm, uint64_t& kv_full,
-                                              Pipe& pipe, const SK& sK, const SK& sV, const SQ& sQ,
-                                              const SQ& sdO) {
-  auto st = producer_start<Cfg::Stages>();
-  produce_key_block<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, kv_full, pipe, st,
-                         sK, sV, sQ, sdO, 0, [] {});
   pipe.producer_tail(st);
 }
 
@@ -342,13 +290,7 @@ dim3 key_block_grid(const BwdArgs& a) {
   return dim3(varlen ? kblocks + a.batches : kblocks, a.hkv, varlen ? 1 : a.batches);
 }
 
-// Persistent (padded batches without a left window, so that every key block has a step): one
-// CTA per SM runs key blocks from a ticket counter. The producer announces each block's ticket
-// with its K / V barrier (kv_full) and loads the next block's K / V once the consumers are done
-// with the previous one (kv_empty), its first Q / dO steps before that; the consumers store a
-// block's dK / dV while the next block's loads land. Steps are counted across the CTA's key
-// blocks (buffer parities, the dQ tile's barriers).
-template <class Cfg, bool Persistent, class TmaQ, class TmaK>
+template <class Cfg, class TmaQ, class TmaK>
 __global__ void __launch_bounds__(Cfg::Threads, 1)
     attention_bwd_dkdv_wgmma(const __grid_constant__ TmaQ tma_q,
                              const __grid_constant__ TmaQ tma_do,
@@ -356,33 +298,18 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
                              const __grid_constant__ BwdArgs a) {
   using namespace cute;
   using T = typename Cfg::T;
-  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D;
-  [[maybe_unused]] constexpr int Stages = Cfg::Stages;
+  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Stages = Cfg::Stages;
 
-  const int group = a.hq / a.hkv;
-  const bool varlen = !Persistent && a.cu_q != nullptr;  // (persistent: padded batches only)
-  const int kblocks = (a.skv + Bc - 1) / Bc;
-  const int total_tickets = kblocks * a.hkv * a.batches;  // (persistent)
-  // The key block of ticket t (persistent) or of this CTA: false for varlen's spare CTAs.
-  auto decode = [&](int t, KeyBlock& kb, int& hk, int& m_lo, int& nm) {
-    if constexpr (Persistent) {
-      // (padded batches: the rows start at 0 and the lengths are the parameters, so only the
-      // block, the kv head and the sequence stay live across the steps)
-      key_ticket(a, kblocks, t, kb.blk, hk, kb.b);
-      kb.sq = a.sq;
-      kb.skv = a.skv;
-      kb.q_row0 = kb.k_row0 = 0;
-    } else {
-      if (!find_key_block<Bc>(a, kb)) return false;
-      hk = blockIdx.y;
-    }
-    visible_query_blocks<Bc, Br>(a, kb, kb.blk * Bc, m_lo, nm);
-    return true;
-  };
   KeyBlock kb;
-  int hk = 0, m_lo = 0, nm = 0;
-  if constexpr (!Persistent)
-    if (!decode(0, kb, hk, m_lo, nm)) return;  // varlen grids have spare CTAs
+  if (!find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
+  const int hk = blockIdx.y, group = a.hq / a.hkv;
+  const int j0 = kb.blk * Bc;
+  const int offset = kb.skv - kb.sq;
+  const bool varlen = a.cu_q != nullptr;
+  const int bt = varlen ? 0 : kb.b;  // batch coordinate of the views
+  int m_lo, nm;
+  visible_query_blocks<Bc, Br>(a, kb, j0, m_lo, nm);
+  const int iters = nm * group;
 
   extern __shared__ char smem_raw[];
   const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
@@ -395,82 +322,35 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int wg = warpgroup_index();
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
-    cutlass::arch::ClusterBarrier::init(&smem.kv_empty, Cfg::Consumers * kWarpgroupThreads);
-    smem.ticket = -1;
     cutlass::arch::fence_barrier_init();
   }
   auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kQBytes,
                                            Cfg::Consumers * kWarpgroupThreads);
   cluster_sync<1>();
-  // Persistent: wait for key block k's announcement; false when no block is left.
-  auto next_block = [&](int k) {
-    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, k & 1);
-    const int t = *static_cast<volatile int*>(&smem.ticket);
-    if (t < 0) return false;
-    decode(t, kb, hk, m_lo, nm);
-    return true;
-  };
 
   if (wg == 0) {  // ---- producer ----
     producer_registers<40>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
-    if (pwarp == 0 && elect_one()) {
-      if constexpr (!Persistent) {
-        if (nm > 0)
-          produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
-                             pipe, sK, sV, sQ, sdO);
-      } else {
-        auto st = producer_start<Stages>();
-        int loaded = 0;
-        for (int t = blockIdx.x; t < total_tickets;) {
-          const int next = static_cast<int>(gridDim.x) + atomicAdd(a.sched, 1);  // used later
-          decode(t, kb, hk, m_lo, nm);  // nm >= 1 (no left window)
-          auto announce = [&] {         // after the consumers are done with the previous block
-            if (loaded > 0) cutlass::arch::ClusterBarrier::wait(&smem.kv_empty, (loaded - 1) & 1);
-            smem.ticket = t;  // published by kv_full's arrive
-          };
-          produce_key_block<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm,
-                                 smem.kv_full, pipe, st, sK, sV, sQ, sdO, loaded > 0 ? Stages : 0,
-                                 announce);
-          ++loaded;
-          t = next;
-        }
-        // No more blocks (ticket -1); the last CTA to finish zeroes the counters for the next
-        // launch on this stream (the workspace's contract).
-        if (loaded > 0) cutlass::arch::ClusterBarrier::wait(&smem.kv_empty, (loaded - 1) & 1);
-        smem.ticket = -1;
-        cutlass::arch::ClusterBarrier::arrive(&smem.kv_full);
-        __threadfence();
-        if (atomicAdd(a.sched + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-          a.sched[0] = 0;
-          a.sched[1] = 0;
-        }
-        pipe.producer_tail(st);
-      }
-    } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters) {
-      // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart). The
-      // consumers wait for "empty" before every dQ tile but the CTA's first: it is signalled
-      // after every tile but the CTA's last.
+    if (pwarp == 0 && elect_one() && iters > 0) {
+      produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
+                         pipe, sK, sV, sQ, sdO);
+    } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
+      // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart).
       const int lane = threadIdx.x % 32;
       constexpr int kRowsPerWriter = (Br + Cfg::DqWriters - 1) / Cfg::DqWriters;
       const int r0 = (pwarp - 1) * kRowsPerWriter;
-      for (int k = 0; Persistent ? next_block(k) : k < 1; ++k) {
-        const int iters = nm * group;
-        const int bt = varlen ? 0 : kb.b;
-        if (Persistent && k > 0) dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
-        for (int it = 0; it < iters; ++it) {
-          const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
-          float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
-          const int rows = min(min(r0 + kRowsPerWriter, Br), kb.sq - i0);
-          dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
-          for (int r = r0 + lane; r < rows; r += 32)
-            bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
-                                D * sizeof(float));
-          bulk_commit();
-          bulk_wait_read();
-          __syncwarp();
-          if (it + 1 < iters) dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
-        }
+      for (int it = 0; it < iters; ++it) {
+        const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
+        float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
+        const int rows = min(min(r0 + kRowsPerWriter, Br), kb.sq - i0);
+        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
+        for (int r = r0 + lane; r < rows; r += 32)
+          bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
+                              D * sizeof(float));
+        bulk_commit();
+        bulk_wait_read();
+        __syncwarp();
+        if (it + 1 < iters) dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
       }
     }
     return;
@@ -526,261 +406,220 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
 
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
+
   const bool capped = a.softcap > 0.f;
   const float mult = a.scale * kLog2e, cap_in = capped ? a.scale / a.softcap : 0.f;
-  PipeState<Stages> st;
-  int gstep = 0;  // steps of the CTA's earlier key blocks (buffer parities, dQ barriers)
 
-  for (int blk_k = 0; Persistent ? next_block(blk_k) : blk_k < 1; ++blk_k) {
-    const int iters = nm * group;
-    const int j0 = kb.blk * Bc;
-    const int offset = kb.skv - kb.sq;
-    CUTE_UNROLL
-    for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
+  if (iters > 0) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
+    PipeState<Stages> st;
+    mma_kv.accumulate_ = GMMA::ScaleOut::One;
+    // lse and delta of a step's rows, one row per thread of each warpgroup (its own shared
+    // copy, by step parity), loaded two steps ahead and stored one step ahead, before the
+    // dS barrier that every consumer thread passes each step: no load latency and no extra
+    // barrier in a step. Raw values (rows past the sequence: lse = -inf, delta = 0) are
+    // converted when stored: lse in log2 units (+inf where the row sees nothing: P = 0),
+    // delta times the scale.
+    auto load_rows = [&](int step, float& lse, float& delta) {
+      lse = -INFINITY, delta = 0.f;
+      const int hs = hk * group + step / nm, is = (m_lo + step % nm) * Br + wtid;
+      if (step < iters && wtid < Br && is < kb.sq) {
+        const int64_t at = kb.b * a.lse_sb + hs * a.lse_sh + kb.q_row0 + is;
+        lse = a.lse[at];
+        delta = a.delta[at];
+      }
+    };
+    auto store_rows = [&](int buf, float lse, float delta) {
+      if (wtid < Br) {
+        smem.lse2[wgc][buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        smem.delta[wgc][buf][wtid] = delta * a.scale;
+      }
+    };
+    float lse_raw, delta_raw;
+    load_rows(0, lse_raw, delta_raw);
+    store_rows(0, lse_raw, delta_raw);
+    load_rows(1, lse_raw, delta_raw);
+    warpgroup_barrier(kRowsBarrier0 + wgc);
+    for (int it = 0; it < iters; ++it) {
+      const int m = m_lo + it % nm;
+      const int i0 = m * Br;
+      const int par = it % 2;
+      pipe.consumer_wait(st);
+      const int s = st.index();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
+      warpgroup_arrive();
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrK); ++k) {
+        cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrV); ++k) {
+        cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
 
-    if (iters > 0) {
-      if constexpr (!Persistent) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
-      mma_kv.accumulate_ = GMMA::ScaleOut::One;
-      // lse and delta of a step's rows, one row per thread of each warpgroup (its own shared
-      // copy, by step parity), loaded two steps ahead and stored one step ahead, before the
-      // dS barrier that every consumer thread passes each step: no load latency and no extra
-      // barrier in a step. Raw values (rows past the sequence: lse = -inf, delta = 0) are
-      // converted when stored: lse in log2 units (+inf where the row sees nothing: P = 0),
-      // delta times the scale.
-      auto load_rows = [&](int step, float& lse, float& delta) {
-        lse = -INFINITY, delta = 0.f;
-        const int hs = hk * group + step / nm, is = (m_lo + step % nm) * Br + wtid;
-        if (step < iters && wtid < Br && is < kb.sq) {
-          const int64_t at = kb.b * a.lse_sb + hs * a.lse_sh + kb.q_row0 + is;
-          lse = a.lse[at];
-          delta = a.delta[at];
-        }
-      };
-      auto store_rows = [&](int buf, float lse, float delta) {
-        if (wtid < Br) {
-          smem.lse2[wgc][buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-          smem.delta[wgc][buf][wtid] = delta * a.scale;
-        }
-      };
-      float lse_raw, delta_raw;
-      load_rows(0, lse_raw, delta_raw);
-      store_rows(gstep % 2, lse_raw, delta_raw);
-      load_rows(1, lse_raw, delta_raw);
-      warpgroup_barrier(kRowsBarrier0 + wgc);
-      for (int it = 0; it < iters; ++it) {
-        const int m = m_lo + it % nm;
-        const int i0 = m * Br;
-        const int par = (gstep + it) % 2;
-        pipe.consumer_wait(st);
-        const int s = st.index();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
-        warpgroup_arrive();
-        mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
+      const bool need_mask = j0 + Bc > kb.skv ||
+                             (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
+                             (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
+      const float* l2s = smem.lse2[wgc][par];
+      const float* dls = smem.delta[wgc][par];  // scale * delta (see the row loads above)
+      // Straight-line code per (soft-cap, mask) case: a per-element branch on either (as the
+      // single loop compiled) made ~3x the instructions of the common, unmasked path.
+      auto probs_and_ds = [&](auto capped_c, auto masked_c) {
+        constexpr bool kCapped = decltype(capped_c)::value, kMasked = decltype(masked_c)::value;
         CUTE_UNROLL
-        for (int k = 0; k < size<2>(tSrK); ++k) {
-          cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
-          mma_sdp.accumulate_ = GMMA::ScaleOut::One;
-        }
-        mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tSrV); ++k) {
-          cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
-          mma_sdp.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
-
-        // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
-        const bool need_mask =
-            j0 + Bc > kb.skv ||
-            (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
-            (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
-        const float* l2s = smem.lse2[wgc][par];
-        const float* dls = smem.delta[wgc][par];  // scale * delta (see the row loads above)
-        // Straight-line code per (soft-cap, mask) case: a per-element branch on either (as the
-        // single loop compiled) made ~3x the instructions of the common, unmasked path.
-        auto probs_and_ds = [&](auto capped_c, auto masked_c) {
-          constexpr bool kCapped = decltype(capped_c)::value, kMasked = decltype(masked_c)::value;
-          CUTE_UNROLL
-          for (int e = 0; e < size(tSrS); ++e) {
-            const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-            float p;
-            // dS = P (dP - delta) s' = P (scale dP - scale delta) (s' / scale)
-            float ds = fmaf(tSrdP(e), a.scale, -dls[il]);
-            if constexpr (kCapped) {
-              const float th = tanhf(tSrS(e) * cap_in);
-              p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
-              ds *= 1.f - th * th;
-            } else {
-              p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
-            }
-            if constexpr (kMasked) {
-              const int i = i0 + il, j = j0 + jl;
-              bool vis = j < kb.skv;
-              if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
-              if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
-              if (!vis) p = 0.f;
-            }
-            tSrS(e) = p;
-            tSrdP(e) = p * ds;
+        for (int e = 0; e < size(tSrS); ++e) {
+          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
+          float p;
+          // dS = P (dP - delta) s' = P (scale dP - scale delta) (s' / scale)
+          float ds = fmaf(tSrdP(e), a.scale, -dls[il]);
+          if constexpr (kCapped) {
+            const float th = tanhf(tSrS(e) * cap_in);
+            p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
+            ds *= 1.f - th * th;
+          } else {
+            p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
           }
-        };
-        using False = cute::false_type;
-        using True = cute::true_type;
-        if (capped) {
-          if (need_mask)
-            probs_and_ds(True{}, True{});
-          else
-            probs_and_ds(True{}, False{});
-        } else if (need_mask) {
-          probs_and_ds(False{}, True{});
-        } else {
-          probs_and_ds(False{}, False{});
+          if constexpr (kMasked) {
+            const int i = i0 + il, j = j0 + jl;
+            bool vis = j < kb.skv;
+            if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
+            if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
+            if (!vis) p = 0.f;
+          }
+          tSrS(e) = p;
+          tSrdP(e) = p * ds;
         }
-        // Round to T as the A operands, and dS^T into shared memory (query pairs: 4 bytes).
+      };
+      using False = cute::false_type;
+      using True = cute::true_type;
+      if (capped) {
+        if (need_mask)
+          probs_and_ds(True{}, True{});
+        else
+          probs_and_ds(True{}, False{});
+      } else if (need_mask) {
+        probs_and_ds(False{}, True{});
+      } else {
+        probs_and_ds(False{}, False{});
+      }
+      // Round to T as the A operands, and dS^T into shared memory (query pairs: 4 bytes).
+      CUTE_UNROLL
+      for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
+      for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+      for (int i0p = 0; i0p < 2; ++i0p) {
+        const auto e = make_coord(make_coord(i0p, i1, g), 0, 0);
+        const auto ea = make_coord(make_coord(i0p, i1, g % 2), 0, g / 2);
+        tKVrP(ea) = static_cast<T>(tSrS(e));
+        tKVrdS(ea) = static_cast<T>(tSrdP(e));
+      }
+      if constexpr (D == 64) {
+        // The A-operand regrouping keeps the accumulator's register order (index i0p + 2 i1 +
+        // 4 g in both), so the same registers viewed in the accumulator layout feed stmatrix.
+        cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
+                   tdSsdS(_, _, _, par));
+      } else {  // D = 128: stmatrix's addressing made ptxas serialize the WGMMAs (C7512)
+        // Element (q, key) of the MN-major 128B-swizzled tile lives at byte (key / 8) 1024 +
+        // (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 of the buffer; with key = 64 wgc
+        // + 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1} (the accumulator's
+        // layout) that is a per-thread base, a constant and one XOR. (cute's sdS(q, key) kept
+        // 16 generic 64-bit addresses live across the loop: ST.E stores and spills.)
+        char* const ds_row = ds_bytes + par * (Br * Bc * int(sizeof(T)));
         CUTE_UNROLL
         for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
-        for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
-        for (int i0p = 0; i0p < 2; ++i0p) {
-          const auto e = make_coord(make_coord(i0p, i1, g), 0, 0);
-          const auto ea = make_coord(make_coord(i0p, i1, g % 2), 0, g / 2);
-          tKVrP(ea) = static_cast<T>(tSrS(e));
-          tKVrdS(ea) = static_cast<T>(tSrdP(e));
+        for (int i1 = 0; i1 < 2; ++i1) {
+          const int e = 2 * i1 + 4 * g;
+          *reinterpret_cast<uint32_t*>(ds_row + i1 * 1024 + ((g * 16) ^ ds_xor)) =
+              pack_pair<T>(tSrdP(e), tSrdP(e + 1));
         }
-        if constexpr (D == 64) {
-          // The A-operand regrouping keeps the accumulator's register order (index i0p + 2 i1 +
-          // 4 g in both), so the same registers viewed in the accumulator layout feed stmatrix.
-          cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
-                     tdSsdS(_, _, _, par));
-        } else {  // D = 128: stmatrix's addressing made ptxas serialize the WGMMAs (C7512)
-          // Element (q, key) of the MN-major 128B-swizzled tile lives at byte (key / 8) 1024 +
-          // (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 of the buffer; with key = 64 wgc
-          // + 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1} (the accumulator's
-          // layout) that is a per-thread base, a constant and one XOR. (cute's sdS(q, key) kept
-          // 16 generic 64-bit addresses live across the loop: ST.E stores and spills.)
-          char* const ds_row = ds_bytes + par * (Br * Bc * int(sizeof(T)));
-          CUTE_UNROLL
-          for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
-          for (int i1 = 0; i1 < 2; ++i1) {
-            const int e = 2 * i1 + 4 * g;
-            *reinterpret_cast<uint32_t*>(ds_row + i1 * 1024 + ((g * 16) ^ ds_xor)) =
-                pack_pair<T>(tSrdP(e), tSrdP(e + 1));
-          }
-        }
+      }
 
-        warpgroup_fence_operand(tKVrP);
-        warpgroup_fence_operand(tKVrdS);
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdKrdK);
-        warpgroup_arrive();
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
-        warpgroup_commit_batch();
+      warpgroup_fence_operand(tKVrP);
+      warpgroup_fence_operand(tKVrdS);
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
+      warpgroup_commit_batch();
 
-        // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
-        // visible to the WGMMA's async proxy first).
-        store_rows(par ^ 1, lse_raw, delta_raw);  // the next step's rows (see load_rows)
-        load_rows(it + 2, lse_raw, delta_raw);
-        cutlass::arch::fence_view_async_shared();
-        named_barrier_sync(kDsBarrier);
-        if (Cfg::DqWgs == 1 && wgc != par) {  // the other warpgroup computes this dQ
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(tdVrdV);
-          warpgroup_fence_operand(tdKrdK);
-          pipe.consumer_release(st);
-          ++st;
-          continue;
-        }
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
-        warpgroup_fence_operand(tdQrdQ);
-        warpgroup_arrive();
-        mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tdQrdS); ++k) {
-          cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
-          mma_dq.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
+      // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
+      // visible to the WGMMA's async proxy first).
+      store_rows(par ^ 1, lse_raw, delta_raw);  // the next step's rows (see load_rows)
+      load_rows(it + 2, lse_raw, delta_raw);
+      cutlass::arch::fence_view_async_shared();
+      named_barrier_sync(kDsBarrier);
+      if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
-        warpgroup_fence_operand(tdQrdQ);
         pipe.consumer_release(st);
         ++st;
-
-        Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
-        if (gstep + it > 0)  // the previous dQ tile has been read
-          dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
-        CUTE_UNROLL
-        for (int e = 0; e < size(tdQrdQ); e += 2) {
-          const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
-          *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
-              make_float2(tdQrdQ(e), tdQrdQ(e + 1));
-        }
-        cutlass::arch::fence_view_async_shared();  // visible to the copy engine
-        dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
+        continue;
       }
-    }
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
+      warpgroup_fence_operand(tdQrdQ);
+      warpgroup_arrive();
+      mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tdQrdS); ++k) {
+        cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
+        mma_dq.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe.consumer_release(st);
+      ++st;
 
-    // K / V are no longer read (every WGMMA has been waited for): the next block may load.
-    if constexpr (Persistent) cutlass::arch::ClusterBarrier::arrive(&smem.kv_empty);
-    // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
-    store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
-    gstep += iters;
-  }  // key blocks
+      Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
+      if (it > 0) dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);  // tile it-1 read
+      CUTE_UNROLL
+      for (int e = 0; e < size(tdQrdQ); e += 2) {
+        const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
+        *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
+            make_float2(tdQrdQ(e), tdQrdQ(e + 1));
+      }
+      cutlass::arch::fence_view_async_shared();  // visible to the copy engine
+      dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
+    }
+  }
+
+  // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
+  store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
 }
 
 template <class T, int D>
-void launch(const BwdArgs& a_in, cudaStream_t stream) {
+void launch(const BwdArgs& a, cudaStream_t stream) {
   using Cfg = BwdConfig<T, D>;
-  BwdArgs a = a_in;
   auto [tma_q, tma_do, tma_k, tma_v] = make_step_tmas<Cfg>(a);
-  // Padded batches without a left window (every key block then has a step) and with more key
-  // blocks than SMs run persistent; TESSEL_ATTENTION_BWD_SCHED=one / persistent forces either
-  // (A/B, tests; persistent still needs the padded batches and no left window).
-  static const int sched_env = [] {
-    const char* e = std::getenv("TESSEL_ATTENTION_BWD_SCHED");
-    if (e == nullptr) return -1;
-    return std::strcmp(e, "persistent") == 0 ? 1 : 0;
-  }();
-  const int64_t blocks = int64_t{(a.skv + Cfg::Bc - 1) / Cfg::Bc} * a.hkv * a.batches;
-  bool persistent = a.cu_q == nullptr && a.window_left < 0 &&
-                    (sched_env == 1 || (sched_env < 0 && blocks > a.sms));
-  if (persistent) {
-    a.sched = static_cast<int*>(
-        detail::stream_workspace(stream, 2 * sizeof(int), !detail::stream_capturing(stream)));
-    persistent = a.sched != nullptr;
+  auto kernel = attention_bwd_dkdv_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
+  static bool configured = false;  // per instantiation: the attribute outlives the call
+  if (!configured) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(Cfg::kSmemBytes));
+    if (err != cudaSuccess) return;  // the launch check reports it
+    configured = true;
   }
-  auto go = [&](auto kernel, bool& configured, dim3 grid) {
-    if (!configured) {  // per instantiation: the attribute outlives the call
-      cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(Cfg::kSmemBytes));
-      if (err != cudaSuccess) return;  // the launch check reports it
-      configured = true;
-    }
-    kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, a);
-  };
-  using TQ = decltype(tma_q);
-  using TK = decltype(tma_k);
-  static bool configured_one = false, configured_persistent = false;
-  if (persistent) {
-    // Sections of (kv head, batch) pairs whose Q and dO fit in ~16 MB of L2.
-    const int64_t qdo_bytes_per_kv_head =
-        std::max<int64_t>(1, int64_t{2} * (a.hq / a.hkv) * a.sq * D * int64_t{sizeof(T)});
-    a.sched_groups = static_cast<int>(std::clamp<int64_t>(
-        (int64_t{16} << 20) / qdo_bytes_per_kv_head, 1, int64_t{a.hkv} * a.batches));
-    go(attention_bwd_dkdv_wgmma<Cfg, true, TQ, TK>, configured_persistent,
-       dim3(static_cast<unsigned>(std::min<int64_t>(blocks, std::max(a.sms, 1)))));
-  } else {
-    go(attention_bwd_dkdv_wgmma<Cfg, false, TQ, TK>, configured_one, key_block_grid<Cfg>(a));
-  }
+  kernel<<<key_block_grid<Cfg>(a), Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k,
+                                                                            tma_v, a);
 }
 
 }  // namespace bwd_wgmma
