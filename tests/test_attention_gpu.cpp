@@ -268,6 +268,21 @@ TEST_F(AttentionGpu, SlidingWindow) {
   }
 }
 
+// Right limits (causal or a right window, no left one) where a warpgroup's rows see no key of
+// the block's rightmost key tile (D = 64: 192-row blocks over 128-key tiles; D = 256: 64-key
+// tiles): that warpgroup skips the tile. Sq < Skv and Sq > Skv.
+TEST_F(AttentionGpu, RightLimitFirstTileSkip) {
+  for (int d : {64, 128, 256}) {
+    Case c = make(DType::bf16, 2, 500, 700, 4, 2, d, false);
+    c.window_right = 70;
+    run(c);
+    c = make(DType::f16, 1, 800, 450, 2, 1, d, false);
+    c.window_right = 130;
+    run(c);
+    run(make(DType::bf16, 1, 577, 577, 3, 1, d, true));
+  }
+}
+
 TEST_F(AttentionGpu, SoftcapAndScale) {
   for (int d : {64, 128, 256}) {
     Case c = make(DType::bf16, 2, 150, 211, 4, 4, d, false);

@@ -482,8 +482,27 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       // and tile n's softmax runs while that PV is in flight (one stage stays held for it).
       mma_pv.accumulate_ = GMMA::ScaleOut::One;
       float alpha[2];
+      // The first (rightmost) key tile may hold no key that this warpgroup's rows see: under
+      // a causal mask with BM > BN or a warpgroup below the diagonal's last tile (D = 64:
+      // blocks of 192 rows over 128-key tiles, 1.5 warpgroups per block; D = 256: 64-key
+      // tiles, warpgroup 0). It then only passes the stage on (and its ping-pong turn).
+      int n_first = n_hi - 1;
+      if (a.window_left < 0 && a.window_right >= 0 && n_hi - n_lo >= 2) {
+        const int last_row = min(blk.m * BM + wgc * 64 + 63, blk.sq - 1);  // stored rows only
+        const int c_end = min(blk.skv, last_row + offset + a.window_right + 1);
+        if (n_first * BN >= c_end) {
+          pipe.consumer_wait(st);
+          if (pingpong) {
+            named_barrier_sync(kPingPongBarrier0 + wgc);
+            named_barrier_arrive(pp_next);
+          }
+          pipe.consumer_release(st);
+          ++st;
+          --n_first;
+        }
+      }
       if constexpr (!Cfg::kOverlap) {
-        for (int n = n_hi - 1; n >= n_lo; --n) {
+        for (int n = n_first; n >= n_lo; --n) {
           pipe.consumer_wait(st);
           issue_qk(st.index());
           warpgroup_wait<0>();
@@ -507,11 +526,11 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         if (pingpong) named_barrier_arrive(pp_next);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
-        softmax(n_hi - 1, alpha);
+        softmax(n_first, alpha);
         rescale_and_convert(alpha);
         PipeState<Stages> st_prev = st;
         ++st;
-        for (int n = n_hi - 2; n >= n_lo; --n) {
+        for (int n = n_first - 1; n >= n_lo; --n) {
           pipe.consumer_wait(st);
           if (pingpong) named_barrier_sync(kPingPongBarrier0 + wgc);
           issue_qk(st.index());
