@@ -50,24 +50,6 @@ cudaError_t launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// Cooperative launch (every CTA resident at once, or cudaErrorCooperativeLaunchTooLarge):
-// for kernels with a grid-wide barrier.
-template <class... Params, class... Args>
-cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                               cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
 // Opts `kernel` in to `bytes` (> 48 KB) of dynamic shared memory on the current device, once
 // per (kernel, device, bytes).
 template <class... Params>

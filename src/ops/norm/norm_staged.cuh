@@ -24,7 +24,6 @@
 #include "ops/bulk_copy.cuh"
 #include "ops/norm/norm_kernels.cuh"
 #include "runtime/launch.cuh"
-#include "runtime/workspace.hpp"
 
 namespace tessel::norm {
 
@@ -39,116 +38,10 @@ constexpr int kStagedMaxStages = 8;
 constexpr int kStagedCluster = 8;           // the largest cluster the staged backward may use
 constexpr int64_t kStagedSmem = 64 * 1024;  // ring bytes per CTA: 3 CTAs per SM
 
-// The dw / db tail of the staged backward inside the kernel (the grid is one cooperative wave
-// of single-CTA "clusters", so every CTA is resident): each CTA stores its partial row(s) into
-// its slot straight from registers, all CTAs meet at a grid barrier, then warp w of CTA b sums
-// the slots of 4-column groups b * 8 + w, b * 8 + w + 8 * grid, ... (lane l adds slots l,
-// l + 32, ... in four independent float4 partials, then a shuffle tree): a fixed order, so
-// deterministic for a given grid. Replaces sum_slots_vec_kernel's launch, which could start
-// only once the backward's CTAs had left (they hold the SMs' registers) and then read the
-// 13 MB of LayerNorm partials (2 x 396 slots x 4096 columns) from L2 on its own.
-// grid_sync[0] counts arrivals, grid_sync[1] departures; the last CTA to leave zeroes both
-// (the stream workspace is handed back zeroed).
-template <class T>
-__device__ __noinline__ void grid_barrier_then_sum_slots(const float* ws, int64_t cols,
-                                                         int64_t slots, int arrays,
-                                                         unsigned* grid_sync, T* dw, T* db);
-
-template <class T, int KV, int VEC, int kArrays>
-__device__ __forceinline__ void reduce_slots_in_grid(const NormArgs& a,
-                                                     const float (&acc_w)[KV][VEC],
-                                                     const float (&acc_b)[KV][VEC],
-                                                     unsigned* grid_sync, T* dw, T* db) {
-  static_assert(VEC % 4 == 0, "16-byte partial stores");
-  const int tid = threadIdx.x;
-  const int nv = static_cast<int>(a.cols / VEC);
-  const int64_t slots = gridDim.x;
-  float* const slot_w = a.ws + int64_t{blockIdx.x} * a.cols;
-  float* const slot_b = a.ws + (slots + blockIdx.x) * a.cols;
-#pragma unroll
-  for (int q = 0; q < KV; ++q) {
-    const int v = tid + q * kStagedBlock;
-    if (v >= nv) continue;
-#pragma unroll
-    for (int j = 0; j < VEC; j += 4) {
-      *reinterpret_cast<float4*>(slot_w + int64_t{v} * VEC + j) =
-          make_float4(acc_w[q][j], acc_w[q][j + 1], acc_w[q][j + 2], acc_w[q][j + 3]);
-      if constexpr (kArrays >= 2)
-        *reinterpret_cast<float4*>(slot_b + int64_t{v} * VEC + j) =
-            make_float4(acc_b[q][j], acc_b[q][j + 1], acc_b[q][j + 2], acc_b[q][j + 3]);
-    }
-  }
-  grid_barrier_then_sum_slots<T>(a.ws, a.cols, slots, db != nullptr ? kArrays : 1, grid_sync,
-                                 dw, db);
-}
-
-// Out of line: the kernel's row loop keeps its registers (inlined, this tail raised the
-// LayerNorm bf16 4096-column kernel from 79 to 98 registers: 2 CTAs per SM instead of 3).
-template <class T>
-__device__ __noinline__ void grid_barrier_then_sum_slots(const float* ws, int64_t cols,
-                                                         int64_t slots, int arrays,
-                                                         unsigned* grid_sync, T* dw, T* db) {
-  const int tid = threadIdx.x;
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();  // the CTA's partial stores (ordered before by the barrier) first
-    atomicAdd(&grid_sync[0], 1u);
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(grid_sync) : "memory");
-      if (seen < gridDim.x) __nanosleep(64);
-    } while (seen < gridDim.x);
-    __threadfence();
-  }
-  __syncthreads();
-
-  constexpr int kWarps = kStagedBlock / 32;
-  const int warp = tid / 32, lane = tid % 32;
-  const int64_t groups = arrays * cols / 4;
-  auto add = [](float4 x, float4 y) {
-    return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-  };
-  for (int64_t g = int64_t{blockIdx.x} * kWarps + warp; g < groups;
-       g += int64_t{gridDim.x} * kWarps) {
-    const int64_t arr = g * 4 >= cols ? 1 : 0, c = g * 4 - arr * cols;
-    const float* p = ws + arr * slots * cols + c;
-    auto ld = [&](int64_t k) { return __ldcg(reinterpret_cast<const float4*>(p + k * cols)); };
-    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-    float4 s0 = z, s1 = z, s2 = z, s3 = z;
-    int64_t k = lane;
-    for (; k + 96 < slots; k += 128) {
-      s0 = add(s0, ld(k));
-      s1 = add(s1, ld(k + 32));
-      s2 = add(s2, ld(k + 64));
-      s3 = add(s3, ld(k + 96));
-    }
-    for (; k < slots; k += 32) s0 = add(s0, ld(k));
-    float4 t = add(add(s0, s1), add(s2, s3));
-#pragma unroll
-    for (int off = 16; off >= 1; off /= 2) {
-      t.x += __shfl_xor_sync(0xffffffffu, t.x, off);
-      t.y += __shfl_xor_sync(0xffffffffu, t.y, off);
-      t.z += __shfl_xor_sync(0xffffffffu, t.z, off);
-      t.w += __shfl_xor_sync(0xffffffffu, t.w, off);
-    }
-    if (lane == 0) {
-      T* o = (arr == 0 ? dw : db) + c;
-      o[0] = from_f32<T>(t.x);
-      o[1] = from_f32<T>(t.y);
-      o[2] = from_f32<T>(t.z);
-      o[3] = from_f32<T>(t.w);
-    }
-  }
-  if (tid == 0 && atomicAdd(&grid_sync[1], 1u) == gridDim.x - 1) {
-    atomicExch(&grid_sync[0], 0u);  // every CTA has passed the barrier
-    atomicExch(&grid_sync[1], 0u);
-  }
-}
-
 // KV: 16-byte vectors per thread and row (columns up to KV * 256 * VEC).
 template <class T, int KV, Mode M>
 __global__ void __launch_bounds__(kStagedBlock)
-    norm_bwd_staged_kernel(const NormArgs a, int stages, unsigned* grid_sync, T* dw, T* db) {
+    norm_bwd_staged_kernel(const NormArgs a, int stages) {
   static_assert(M == Mode::rms || M == Mode::ln, "RMS / LayerNorm only");
   constexpr int VEC = kVec16<T>;
   constexpr int kArrays = M == Mode::ln ? 2 : 1;
@@ -274,10 +167,6 @@ __global__ void __launch_bounds__(kStagedBlock)
       parity ^= 1u;
     }
   }
-  if (grid_sync != nullptr) {  // cooperative launch, no clusters: dw / db summed here
-    reduce_slots_in_grid<T, KV, VEC, kArrays>(a, acc_w, acc_b, grid_sync, dw, db);
-    return;
-  }
   tile::allow_next_grid();  // sum_slots_kernel may start launching (it waits for our exit)
   // Partials: this CTA's columns into its (now idle) ring, rank 0 adds the cluster's in rank
   // order and writes the cluster's slot.
@@ -358,36 +247,10 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
       TESSEL_CUDA_CHECK(
           cudaMallocAsync(&ws, size_t(kArrays) * slots * a.cols * sizeof(float), stream));
       a.ws = static_cast<float*>(ws);
-      // Without clusters the kernel sums the slots itself behind a grid barrier (cooperative
-      // launch; two counters from the stream workspace). TESSEL_NORM_BWD_FUSED_SUM=0 keeps
-      // the separate sum_slots launch (A/B).
-      static const bool fused_allowed = [] {
-        const char* e = std::getenv("TESSEL_NORM_BWD_FUSED_SUM");
-        return !(e && e[0] == '0');
-      }();
-      bool fused = false;
-      if (fused_allowed && cluster == 1) {
-        auto* grid_sync = static_cast<unsigned*>(
-            detail::stream_workspace(stream, 2 * sizeof(unsigned), !detail::stream_capturing(stream)));
-        if (grid_sync != nullptr) {
-          const cudaError_t e = detail::launch_cooperative(
-              kernel, dim3(static_cast<unsigned>(ctas)), dim3(kStagedBlock), smem, stream, a,
-              stages, grid_sync, static_cast<T*>(dw), static_cast<T*>(db));
-          if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {
-            (void)cudaGetLastError();  // e.g. SMs held back by MPS: the two-launch path
-          } else {
-            TESSEL_CUDA_CHECK(e);
-            fused = true;
-          }
-        }
-      }
-      if (!fused) {
-        TESSEL_CUDA_CHECK(detail::launch_cluster(
-            kernel, dim3(static_cast<unsigned>(ctas)), dim3(kStagedBlock), smem,
-            static_cast<int>(cluster), stream, a, stages, static_cast<unsigned*>(nullptr),
-            static_cast<T*>(nullptr), static_cast<T*>(nullptr)));
-        launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
-      }
+      TESSEL_CUDA_CHECK(detail::launch_cluster(kernel, dim3(static_cast<unsigned>(ctas)),
+                                               dim3(kStagedBlock), smem, static_cast<int>(cluster),
+                                               stream, a, stages));
+      launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
       TESSEL_CUDA_CHECK(cudaFreeAsync(ws, stream));
     };
     if (nv <= kStagedBlock)
