@@ -246,22 +246,6 @@ TEST_F(AttentionGpu, PersistentScheduleCausal) {
   run(make(DType::bf16, 2, 1500, 1000, 40, 8, 128, true));  // the counter was zeroed
 }
 
-// Non-causal persistent grids with a partial last round: the last blocks run as pieces over
-// shares of the key tiles, merged by the warpgroup that finishes a block's last piece (960 /
-// 576 / 180 blocks: tails of 36 / 48 / 48 blocks on 132 SMs, 2-3 pieces each; other SM
-// counts give other tails). Soft-cap and sinks join after the merge; the second run checks that
-// the counters were zeroed.
-TEST_F(AttentionGpu, PersistentSplitTail) {
-  run(make(DType::bf16, 2, 1500, 1000, 40, 8, 128, false));
-  run(make(DType::f16, 3, 700, 900, 48, 6, 64, false));
-  run(make(DType::bf16, 1, 1100, 1100, 20, 4, 256, false));
-  Case c = make(DType::bf16, 2, 1500, 1000, 40, 8, 128, false);
-  c.softcap = 30.f;
-  c.sinks = true;
-  run(c);
-  run(make(DType::bf16, 2, 1500, 1000, 40, 8, 128, false));
-}
-
 TEST_F(AttentionGpu, Long4097) {
   for (int d : {64, 128})
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 4097, 4097, 8, 1, d, causal));

@@ -44,13 +44,6 @@ struct FwdArgs {
   int* sched = nullptr;
   int sms = 0;  // the device's SM count (set by the launcher)
   int sched_groups = 0;
-  // Persistent schedule, split tail (non-causal, no window: every block has the same keys):
-  // tickets from split_from on are split_pieces pieces of each of the last blocks, each over
-  // its share of the key tiles; a piece leaves its unnormalized O and (m, l) in split_part,
-  // and the warpgroup that completes a block's last piece (counters at sched + 2) merges
-  // them in piece order and stores the rows. 0 pieces: no split.
-  int split_from = 0, split_pieces = 0;
-  float* split_part = nullptr;
 };
 
 // The WGMMA path; returns false (nothing launched) when the layout does not qualify.

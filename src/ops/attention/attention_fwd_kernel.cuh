@@ -88,7 +88,6 @@ struct FwdConfig {
     alignas(8) uint64_t q_full;
     alignas(8) uint64_t q_empty;
     int ticket;  // persistent schedule: the block whose Q q_full announces (-1: none left)
-    int split_last[4];  // split tail: whether this warpgroup merges the block's pieces
   };
   static constexpr uint32_t kQBytes = stage_bytes<T, SmemQ>;
   static constexpr uint32_t kKVBytes = stage_bytes<T, SmemK> + stage_bytes<T, SmemV>;
@@ -100,11 +99,6 @@ struct FwdConfig {
 // kPingPongBarrier0 + w, which the previous warpgroup (cyclically) arrives at after issuing
 // its WGMMAs; each barrier joins one syncing and one arriving warpgroup (256 threads).
 constexpr int kPingPongBarrier0 = 1;
-// The split tail's per-warpgroup barriers (128 threads each), after the ping-pong ones.
-constexpr int kSplitBarrier0 = 8;
-__device__ __forceinline__ void warpgroup_barrier(int id) {
-  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
 }
@@ -205,20 +199,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const bool varlen = a.cu_q != nullptr;
   // The block of ticket t: its block, q head and the visible key tiles [n_lo, n_hi); false:
   // no such block (varlen grids have spare CTAs; persistent grids are padded batches only).
-  // piece >= 0: a piece of a split-tail block (tail_idx-th of them), over its share of the
-  // block's key tiles.
-  auto decode = [&](int t, Block& blk, int& h, int& n_lo, int& n_hi, int& piece,
-                    int& tail_idx) {
+  auto decode = [&](int t, Block& blk, int& h, int& n_lo, int& n_hi) {
     int x, rr;
-    piece = -1;
-    tail_idx = 0;
     if constexpr (Persistent) {
-      if (a.split_pieces > 1 && t >= a.split_from) {
-        const int j = t - a.split_from;
-        tail_idx = j / a.split_pieces;
-        piece = j - tail_idx * a.split_pieces;
-        t = a.split_from + tail_idx;
-      }
       ticket_block(a, t, x, rr);
     } else {
       x = t % a.tiles_x;
@@ -227,20 +210,10 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     h = rr % a.hq;
     if (!find_block<BM>(a, x, rr / a.hq, blk)) return false;
     key_tile_range<BM, BN>(a, blk, n_lo, n_hi);
-    if (piece >= 0) {  // the host makes every piece non-empty (pieces <= tiles)
-      const int lo = n_lo, nt = n_hi - n_lo;
-      n_lo = lo + piece * nt / a.split_pieces;
-      n_hi = lo + (piece + 1) * nt / a.split_pieces;
-    }
     return true;
   };
   // Sched::one: the one ticket blockIdx.x.
-  const int normal_tickets = a.tiles_x * a.hq * a.batches;
-  const int total_tickets =
-      !Persistent ? blockIdx.x + 1
-      : a.split_pieces > 1
-          ? a.split_from + (normal_tickets - a.split_from) * a.split_pieces
-          : normal_tickets;
+  const int total_tickets = Persistent ? a.tiles_x * a.hq * a.batches : blockIdx.x + 1;
 
   extern __shared__ char smem_raw[];
   const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
@@ -267,12 +240,11 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       int loaded = 0;  // blocks announced on q_full (its and q_empty's phases)
       for (int ticket = blockIdx.x; ticket < total_tickets;) {
         Block blk;
-        int h, n_lo, n_hi, piece, tail_idx;
+        int h, n_lo, n_hi;
         int next_ticket = total_tickets;
         // The next ticket is fetched now and used once this block's loads are issued.
         if constexpr (Persistent) next_ticket = static_cast<int>(gridDim.x) + atomicAdd(a.sched, 1);
-        if (!decode(ticket, blk, h, n_lo, n_hi, piece, tail_idx) || (!Persistent && n_hi <= n_lo))
-          break;
+        if (!decode(ticket, blk, h, n_lo, n_hi) || (!Persistent && n_hi <= n_lo)) break;
         const int hk = h / (a.hq / a.hkv), bt = varlen ? 0 : blk.b;
         Tensor mQ =
             domain_offset(make_coord(static_cast<int>(blk.q_row0), 0, 0, 0),
@@ -385,17 +357,17 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   for (int k = 0; Persistent || k < 1; ++k) {
     Block blk;
-    int h, n_lo, n_hi, piece, tail_idx;
+    int h, n_lo, n_hi;
     if constexpr (Persistent) {
       cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, loaded & 1);
       const int ticket = *static_cast<volatile int*>(&smem.ticket);
       if (ticket < 0) break;
-      decode(ticket, blk, h, n_lo, n_hi, piece, tail_idx);
+      decode(ticket, blk, h, n_lo, n_hi);
       if (n_hi <= n_lo) {  // Q was not loaded; the producer reuses its buffer after this
         cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);
         ++loaded;
       }
-    } else if (!decode(blockIdx.x, blk, h, n_lo, n_hi, piece, tail_idx)) {
+    } else if (!decode(blockIdx.x, blk, h, n_lo, n_hi)) {
       break;
     }
     const int offset = blk.skv - blk.sq;
@@ -584,61 +556,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       if constexpr (Persistent) ++loaded;
     }
 
-    // ---- split tail: leave this piece, or merge the block's pieces (in piece order) ----
-    if constexpr (Persistent) {
-      if (piece >= 0) {
-        constexpr int kStride = D / 2 + 4;  // a thread's O fragment, then (m0, m1, l0, l1)
-        const int P = a.split_pieces, nthr = C * kWarpgroupThreads;
-        auto slot = [&](int pc) {
-          return a.split_part + ((int64_t{tail_idx} * P + pc) * nthr + ctid) * kStride;
-        };
-        float* mine = slot(piece);
-        CUTE_UNROLL
-        for (int g = 0; g < D / 8; ++g)
-          *reinterpret_cast<float4*>(mine + 4 * g) =
-              make_float4(O(0, 0, g), O(1, 0, g), O(0, 1, g), O(1, 1, g));
-        *reinterpret_cast<float4*>(mine + D / 2) =
-            make_float4(m_run[0], m_run[1], l_run[0], l_run[1]);
-        __threadfence();
-        warpgroup_barrier(kSplitBarrier0 + wgc);
-        int* const count = a.sched + 2 + tail_idx * C + wgc;
-        if (warp == 0 && lane == 0) smem.split_last[wgc] = atomicAdd(count, 1) == P - 1;
-        warpgroup_barrier(kSplitBarrier0 + wgc);
-        const bool last = smem.split_last[wgc] != 0;
-        warpgroup_barrier(kSplitBarrier0 + wgc);  // the flag is read before the next block's
-        if (!last) continue;
-        __threadfence();
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int pc = 0; pc < P; ++pc) {
-          const float4 ml = __ldcg(reinterpret_cast<const float4*>(slot(pc) + D / 2));
-          mx[0] = fmaxf(mx[0], ml.x);
-          mx[1] = fmaxf(mx[1], ml.y);
-        }
-        CUTE_UNROLL
-        for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.f;
-        l_run[0] = l_run[1] = 0.f;
-        for (int pc = 0; pc < P; ++pc) {
-          const float* src = slot(pc);
-          const float4 ml = __ldcg(reinterpret_cast<const float4*>(src + D / 2));
-          const float f0 = ml.x == -INFINITY ? 0.f : tile::exp2_ftz((ml.x - mx[0]) * mult);
-          const float f1 = ml.y == -INFINITY ? 0.f : tile::exp2_ftz((ml.y - mx[1]) * mult);
-          l_run[0] = fmaf(ml.z, f0, l_run[0]);
-          l_run[1] = fmaf(ml.w, f1, l_run[1]);
-          CUTE_UNROLL
-          for (int g = 0; g < D / 8; ++g) {
-            const float4 o = __ldcg(reinterpret_cast<const float4*>(src + 4 * g));
-            O(0, 0, g) = fmaf(o.x, f0, O(0, 0, g));
-            O(1, 0, g) = fmaf(o.y, f0, O(1, 0, g));
-            O(0, 1, g) = fmaf(o.z, f1, O(0, 1, g));
-            O(1, 1, g) = fmaf(o.w, f1, O(1, 1, g));
-          }
-        }
-        m_run[0] = mx[0];
-        m_run[1] = mx[1];
-        if (warp == 0 && lane == 0) *count = 0;  // every piece has arrived: zero for next time
-      }
-    }
-
     // ---- epilogue: normalize, join the sink, store O and lse ----
     const float sink_t = a.sinks != nullptr ? a.sinks[h] * kLog2e : -INFINITY;
     T* out = static_cast<T*>(a.out) + blk.b * a.o_sb + h * a.o_sh;
@@ -726,12 +643,11 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
     return std::strcmp(e, "persistent") == 0 ? 1 : 0;
   }();
   bool persistent = !varlen && (sched_env == 1 || (sched_env < 0 && blocks > a.sms));
-  const bool capturing = detail::stream_capturing(stream);
   if (persistent) {
-    // Zeroed scratch: the two ticket ints, then the split tail's counters (<= 4 per SM; not
-    // allocated while a graph is being captured: then one block per CTA).
-    args.sched = static_cast<int*>(detail::stream_workspace(
-        stream, (2 + 4 * int64_t{std::max(a.sms, 1)}) * sizeof(int), !capturing));
+    // Two ints of zeroed scratch (not allocated while a graph is being captured: then one
+    // block per CTA).
+    args.sched = static_cast<int*>(
+        detail::stream_workspace(stream, 2 * sizeof(int), !detail::stream_capturing(stream)));
     persistent = args.sched != nullptr;
   }
   dim3 grid(static_cast<unsigned>(blocks));
@@ -748,32 +664,6 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
         section_env > 0 ? section_env : (int64_t{16} << 20) / kv_bytes_per_q_head, 1,
         int64_t{a.hq} * a.batches));
     grid = dim3(static_cast<unsigned>(std::min<int64_t>(blocks, std::max(a.sms, 1))));
-    // Split tail: where every block has the same key tiles (no causal mask, no window) and the
-    // blocks leave a partial last round (B4 H32 S4096 D128: 4096 blocks on 132 SMs, the last
-    // 4 alone for a whole block's time, ~3 %), those last blocks run as up to 8 pieces each on
-    // otherwise idle CTAs. TESSEL_ATTENTION_SPLIT_TAIL=0 turns it off (A/B).
-    static const bool split_env = [] {
-      const char* e = std::getenv("TESSEL_ATTENTION_SPLIT_TAIL");
-      return e == nullptr || std::strcmp(e, "0") != 0;
-    }();
-    const int64_t ctas = grid.x, tail = blocks % ctas;
-    const int key_tiles = (a.skv + Cfg::BN - 1) / Cfg::BN;
-    if (split_env && !capturing && a.window_left < 0 && a.window_right < 0 && tail > 0 &&
-        blocks > ctas && Cfg::Consumers <= 4) {
-      const int pieces = static_cast<int>(std::min<int64_t>({8, ctas / tail, key_tiles}));
-      if (pieces >= 2) {
-        const size_t part_bytes = static_cast<size_t>(tail) * pieces * Cfg::Consumers *
-                                  kWarpgroupThreads * (D / 2 + 4) * sizeof(float);
-        void* part = nullptr;
-        if (cudaMallocAsync(&part, part_bytes, stream) == cudaSuccess) {
-          args.split_part = static_cast<float*>(part);
-          args.split_pieces = pieces;
-          args.split_from = static_cast<int>(blocks - tail);
-        } else {
-          (void)cudaGetLastError();
-        }
-      }
-    }
   }
   auto go = [&](auto kernel, bool& configured) {  // configured: per instantiation
     if (!configured) {
@@ -792,8 +682,6 @@ void launch_fwd(const FwdArgs& a, cudaStream_t stream) {
     go(attention_fwd_kernel<Cfg, Sched::persistent, TQ, TK, TV>, configured_persistent);
   else
     go(attention_fwd_kernel<Cfg, Sched::one, TQ, TK, TV>, configured_one);
-  // (An error here is a sticky one the caller's launch check reports.)
-  if (args.split_part != nullptr) (void)cudaFreeAsync(args.split_part, stream);
 }
 
 template <class T>
