@@ -245,6 +245,15 @@ constexpr int kPieces = 4;
 // slices of 42 KB, 5 CTAs per SM) loss+dlogits 0.71-0.76 / forward only 1.00-1.01 of copy,
 // against 0.68-0.69 / 0.96 at 40 KB, 0.70 / 0.89-0.90 at 64 KB (3 per SM), 0.69 / 0.90 at 56.
 constexpr int64_t kSliceTarget = 48 * 1024;
+// TESSEL_CE_SLICE_KB=n overrides the slice target (16 ... 192 KB; the H100 sweep, session 22).
+inline int64_t slice_target() {
+  static const int64_t bytes = [] {
+    const char* e = std::getenv("TESSEL_CE_SLICE_KB");
+    const int64_t kb = e ? std::atoll(e) : 0;
+    return kb >= 16 && kb <= 192 ? kb * 1024 : kSliceTarget;
+  }();
+  return bytes;
+}
 constexpr int64_t kSliceMax = 200 * 1024;  // of the 227 KB an SM offers one CTA
 
 // One CTA's slice of a row: bulk-copied into shared memory in kPieces pieces, folded into
@@ -668,7 +677,7 @@ Slices slices_of(const CeArgs& a) {
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
   Slices s;
   s.count = std::min<int64_t>(kClusterMax,
-                              std::max<int64_t>(1, (row_bytes + kSliceTarget - 1) / kSliceTarget));
+                              std::max<int64_t>(1, (row_bytes + slice_target() - 1) / slice_target()));
   s.chunk = ((a.cols + s.count - 1) / s.count + kVec - 1) / kVec * kVec;
   s.smem = s.chunk * int64_t{sizeof(T)};
   s.ok = s.smem <= kSliceMax && a.rows * s.count < (int64_t{1} << 31);
