@@ -6,6 +6,7 @@
 // of q and k, read positions.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 #include <string>
 
@@ -30,6 +31,94 @@ struct RopeArgs {
   float sign;  // +1 forward, -1 backward
   double inv_freq[kMaxRotary / 2];
 };
+
+// One (token, head, pair-vector) item in place.
+template <class T, int VP, bool NEOX>
+struct RopeItem {
+  static constexpr int kN = NEOX ? VP : 2 * VP;  // elements per fragment
+  T* base = nullptr;
+  const float* c = nullptr;
+  const float* s = nullptr;
+  int i0 = 0;
+  Frag<T, kN> fa, fb;
+  __device__ __forceinline__ void load(int half) {
+    if constexpr (NEOX) {
+      fa = load_frag<VP>(base + i0);
+      fb = load_frag<VP>(base + half + i0);
+    } else {
+      fa = load_frag<2 * VP>(base + 2 * i0);
+    }
+  }
+  __device__ __forceinline__ void rotate_store(int half) {
+    if constexpr (NEOX) {
+#pragma unroll
+      for (int j = 0; j < VP; ++j) {
+        const float x0 = to_f32(fa.v[j]), x1 = to_f32(fb.v[j]);
+        fa.v[j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
+        fb.v[j] = from_f32<T>(x1 * c[j] + x0 * s[j]);
+      }
+      store_frag<VP>(base + i0, fa);
+      store_frag<VP>(base + half + i0, fb);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VP; ++j) {
+        const float x0 = to_f32(fa.v[2 * j]), x1 = to_f32(fa.v[2 * j + 1]);
+        fa.v[2 * j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
+        fa.v[2 * j + 1] = from_f32<T>(x1 * c[j] + x0 * s[j]);
+      }
+      store_frag<2 * VP>(base + 2 * i0, fa);
+    }
+  }
+};
+
+// U items per thread per round, all loaded before any is stored (the stores may alias later
+// loads as far as the compiler knows, so it would not hoist them itself).
+template <class T, int VP, bool NEOX, int U, class P>
+__global__ void __launch_bounds__(kBlock) rope_kernel_u(const P* __restrict__ pos,
+                                                        const __grid_constant__ RopeArgs<T> a) {
+  extern __shared__ float sm[];
+  const int half = a.half;
+  float* cs = sm;
+  float* sn = sm + a.tpb * half;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * a.tpb;
+  constexpr double kTwoPi = 2.0 * std::numbers::pi, kInvTwoPi = 1.0 / kTwoPi;
+  for (int idx = threadIdx.x; idx < a.tpb * half; idx += kBlock) {
+    const int t = idx / half, i = idx - t * half;
+    if (t0 + t >= a.tokens) break;
+    double ang = static_cast<double>(pos[t0 + t]) * a.inv_freq[i];
+    ang = fma(-rint(ang * kInvTwoPi), kTwoPi, ang);
+    float s, c;
+    sincosf(static_cast<float>(ang), &s, &c);
+    cs[idx] = c;
+    sn[idx] = a.sign * s;
+  }
+  __syncthreads();
+  const int per_head = half / VP;
+  const int items = (a.hq + a.hkv) * per_head;
+  const int64_t left = a.tokens - t0;
+  const int total = static_cast<int>(left < a.tpb ? left : a.tpb) * items;
+  for (int idx0 = threadIdx.x; idx0 < total; idx0 += U * kBlock) {
+    RopeItem<T, VP, NEOX> it[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int idx = idx0 + u * kBlock;
+      if (idx >= total) break;
+      const int t = idx / items;
+      const int r = idx - t * items;
+      const int64_t tok = t0 + t;
+      const int h = r / per_head;
+      it[u].i0 = (r - h * per_head) * VP;
+      it[u].base = h < a.hq ? a.q + tok * a.q_ts + h * a.q_hs
+                            : a.k + tok * a.k_ts + (h - a.hq) * a.k_hs;
+      it[u].c = cs + t * half + it[u].i0;
+      it[u].s = sn + t * half + it[u].i0;
+      it[u].load(half);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (idx0 + u * kBlock < total) it[u].rotate_store(half);
+  }
+}
 
 template <class T, int VP, bool NEOX, class P>
 __global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos, const __grid_constant__ RopeArgs<T> a) {
@@ -183,13 +272,28 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
     const bool vec_ok = ok(q, hq) && ok(k, hkv) && (neox ? a.half % V == 0 : rd % V == 0);
     const int vp = vec_ok ? (neox ? V : V / 2) : 1;
     const int64_t items = (hq + hkv) * (a.half / vp);
+    // TESSEL_ROPE_TPB=n tokens per block and TESSEL_ROPE_UNROLL=1/2/4 items in flight per
+    // thread (0: the one-item kernel): A/B switches for the H200 gap (session 22).
+    static const int tpb_env = [] {
+      const char* e = std::getenv("TESSEL_ROPE_TPB");
+      return e ? std::atoi(e) : 0;
+    }();
+    static const int unroll_env = [] {
+      const char* e = std::getenv("TESSEL_ROPE_UNROLL");
+      return e ? std::atoi(e) : 0;
+    }();
     a.tpb = static_cast<int>(std::clamp<int64_t>(kBlock * 2 / std::max<int64_t>(items, 1), 1, 16));
+    if (tpb_env >= 1 && tpb_env <= 64 && int64_t{tpb_env} * a.half <= 16384) a.tpb = tpb_env;
     const unsigned grid = static_cast<unsigned>(tile::ceil_div(T, a.tpb));
     const size_t smem = sizeof(float) * 2 * a.tpb * a.half;
     auto launch = [&](auto pos_tag) {
       using P = decltype(pos_tag);
       const P* pp = static_cast<const P*>(positions.data);
-      if (vec_ok) {
+      if (vec_ok && neox && unroll_env > 0) {
+        if (unroll_env >= 4) rope_kernel_u<T_, V, true, 4, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else if (unroll_env >= 2) rope_kernel_u<T_, V, true, 2, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else rope_kernel_u<T_, V, true, 1, P><<<grid, kBlock, smem, stream>>>(pp, a);
+      } else if (vec_ok) {
         if (neox) rope_kernel<T_, V, true, P><<<grid, kBlock, smem, stream>>>(pp, a);
         else rope_kernel<T_, V / 2, false, P><<<grid, kBlock, smem, stream>>>(pp, a);
       } else {
