@@ -272,17 +272,21 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
     const bool vec_ok = ok(q, hq) && ok(k, hkv) && (neox ? a.half % V == 0 : rd % V == 0);
     const int vp = vec_ok ? (neox ? V : V / 2) : 1;
     const int64_t items = (hq + hkv) * (a.half / vp);
-    // TESSEL_ROPE_TPB=n tokens per block and TESSEL_ROPE_UNROLL=1/2/4 items in flight per
-    // thread (0: the one-item kernel): A/B switches for the H200 gap (session 22).
+    // Tokens per block: ~2.5 items per thread (H200, B16384 x (32 + 8) x 128 bf16 neox,
+    // docs/llm_ops.md session 22: 2 tokens per block 0.937-0.944 of copy, 1 token (~1.25 items
+    // per thread, the earlier choice) 0.883-0.915, 4 tokens 0.906-0.914, 8-16 tokens 0.85-0.89).
+    // TESSEL_ROPE_TPB=n overrides; TESSEL_ROPE_UNROLL=1/2/4 items in flight per thread in the
+    // neox vector kernel (default 1), 0 the earlier kernel (A/B switches).
     static const int tpb_env = [] {
       const char* e = std::getenv("TESSEL_ROPE_TPB");
       return e ? std::atoi(e) : 0;
     }();
     static const int unroll_env = [] {
       const char* e = std::getenv("TESSEL_ROPE_UNROLL");
-      return e ? std::atoi(e) : 0;
+      return e ? std::atoi(e) : 1;
     }();
-    a.tpb = static_cast<int>(std::clamp<int64_t>(kBlock * 2 / std::max<int64_t>(items, 1), 1, 16));
+    a.tpb = static_cast<int>(std::clamp<int64_t>(
+        (kBlock * 5 / 2 + items - 1) / std::max<int64_t>(items, 1), 1, 16));
     if (tpb_env >= 1 && tpb_env <= 64 && int64_t{tpb_env} * a.half <= 16384) a.tpb = tpb_env;
     const unsigned grid = static_cast<unsigned>(tile::ceil_div(T, a.tpb));
     const size_t smem = sizeof(float) * 2 * a.tpb * a.half;
