@@ -178,6 +178,26 @@ __global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos,
   }
 }
 
+// The current device's peak memory bandwidth per SM (GB/s), from its memory clock and bus
+// width (2 transfers per clock); 0 where the attributes are unavailable.
+double memory_gbps_per_sm() {
+  static double cache[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0.0;
+  if (cache[dev] == 0.0) {
+    int khz = 0, bits = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sms <= 0) {
+      (void)cudaGetLastError();
+      return 0.0;
+    }
+    cache[dev] = 2.0 * khz * 1e3 * (bits / 8.0) / 1e9 / sms;
+  }
+  return cache[dev];
+}
+
 void inv_freq(const RopeParams& prm, int64_t rd, double* out) {
   for (int64_t i = 0; i < rd / 2; ++i) {
     double f = std::pow(prm.theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
@@ -272,9 +292,10 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
     const bool vec_ok = ok(q, hq) && ok(k, hkv) && (neox ? a.half % V == 0 : rd % V == 0);
     const int vp = vec_ok ? (neox ? V : V / 2) : 1;
     const int64_t items = (hq + hkv) * (a.half / vp);
-    // Tokens per block: ~2.5 items per thread (H200, B16384 x (32 + 8) x 128 bf16 neox,
-    // docs/llm_ops.md session 22: 2 tokens per block 0.937-0.944 of copy, 1 token (~1.25 items
-    // per thread, the earlier choice) 0.883-0.915, 4 tokens 0.906-0.914, 8-16 tokens 0.85-0.89).
+    // Tokens per block from the bytes each SM must keep in flight (docs/llm_ops.md, session 22;
+    // T = 16384, 32 + 8 heads x 128, bf16 neox): ~1.25 items per thread where an SM draws
+    // ~25 GB/s (H100: 1 token per block, 0.97 of copy; 2 tokens 0.95), ~2.5 where it draws
+    // ~37 GB/s (H200: 2 tokens 0.94 of copy; 1 token 0.88-0.91, 4 tokens 0.91).
     // TESSEL_ROPE_TPB=n overrides; TESSEL_ROPE_UNROLL=1/2/4 items in flight per thread in the
     // neox vector kernel (default 1), 0 the earlier kernel (A/B switches).
     static const int tpb_env = [] {
@@ -285,8 +306,9 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
       const char* e = std::getenv("TESSEL_ROPE_UNROLL");
       return e ? std::atoi(e) : 1;
     }();
+    const int64_t per_block = kBlock * (memory_gbps_per_sm() > 30.0 ? 5 : 1) / 4;  // 2.5 / 1.25
     a.tpb = static_cast<int>(std::clamp<int64_t>(
-        (kBlock * 5 / 2 + items - 1) / std::max<int64_t>(items, 1), 1, 16));
+        (per_block + items - 1) / std::max<int64_t>(items, 1), 1, 16));
     if (tpb_env >= 1 && tpb_env <= 64 && int64_t{tpb_env} * a.half <= 16384) a.tpb = tpb_env;
     const unsigned grid = static_cast<unsigned>(tile::ceil_div(T, a.tpb));
     const size_t smem = sizeof(float) * 2 * a.tpb * a.half;
