@@ -306,7 +306,7 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
       const char* e = std::getenv("TESSEL_ROPE_UNROLL");
       return e ? std::atoi(e) : 1;
     }();
-    const int64_t per_block = kBlock * (memory_gbps_per_sm() > 30.0 ? 5 : 1) / 4;  // 2.5 / 1.25
+    const int64_t per_block = kBlock * (memory_gbps_per_sm() > 30.0 ? 10 : 5) / 4;  // 2.5 / 1.25
     a.tpb = static_cast<int>(std::clamp<int64_t>(
         (per_block + items - 1) / std::max<int64_t>(items, 1), 1, 16));
     if (tpb_env >= 1 && tpb_env <= 64 && int64_t{tpb_env} * a.half <= 16384) a.tpb = tpb_env;
