@@ -32,49 +32,34 @@ struct RopeArgs {
   double inv_freq[kMaxRotary / 2];
 };
 
-// One (token, head, pair-vector) item in place.
-template <class T, int VP, bool NEOX>
-struct RopeItem {
-  static constexpr int kN = NEOX ? VP : 2 * VP;  // elements per fragment
+// One neox (token, head, pair-vector) item in place: x[i0 ..] and x[half + i0 ..].
+template <class T, int VP>
+struct NeoxItem {
   T* base = nullptr;
   const float* c = nullptr;
   const float* s = nullptr;
   int i0 = 0;
-  Frag<T, kN> fa, fb;
+  Frag<T, VP> fa, fb;
   __device__ __forceinline__ void load(int half) {
-    if constexpr (NEOX) {
-      fa = load_frag<VP>(base + i0);
-      fb = load_frag<VP>(base + half + i0);
-    } else {
-      fa = load_frag<2 * VP>(base + 2 * i0);
-    }
+    fa = load_frag<VP>(base + i0);
+    fb = load_frag<VP>(base + half + i0);
   }
   __device__ __forceinline__ void rotate_store(int half) {
-    if constexpr (NEOX) {
 #pragma unroll
-      for (int j = 0; j < VP; ++j) {
-        const float x0 = to_f32(fa.v[j]), x1 = to_f32(fb.v[j]);
-        fa.v[j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
-        fb.v[j] = from_f32<T>(x1 * c[j] + x0 * s[j]);
-      }
-      store_frag<VP>(base + i0, fa);
-      store_frag<VP>(base + half + i0, fb);
-    } else {
-#pragma unroll
-      for (int j = 0; j < VP; ++j) {
-        const float x0 = to_f32(fa.v[2 * j]), x1 = to_f32(fa.v[2 * j + 1]);
-        fa.v[2 * j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
-        fa.v[2 * j + 1] = from_f32<T>(x1 * c[j] + x0 * s[j]);
-      }
-      store_frag<2 * VP>(base + 2 * i0, fa);
+    for (int j = 0; j < VP; ++j) {
+      const float x0 = to_f32(fa.v[j]), x1 = to_f32(fb.v[j]);
+      fa.v[j] = from_f32<T>(x0 * c[j] - x1 * s[j]);
+      fb.v[j] = from_f32<T>(x1 * c[j] + x0 * s[j]);
     }
+    store_frag<VP>(base + i0, fa);
+    store_frag<VP>(base + half + i0, fb);
   }
 };
 
 // U items per thread per round, all loaded before any is stored (the stores may alias later
 // loads as far as the compiler knows, so it would not hoist them itself).
-template <class T, int VP, bool NEOX, int U, class P>
-__global__ void __launch_bounds__(kBlock) rope_kernel_u(const P* __restrict__ pos,
+template <class T, int VP, int U, class P>
+__global__ void __launch_bounds__(kBlock) rope_neox_kernel(const P* __restrict__ pos,
                                                         const __grid_constant__ RopeArgs<T> a) {
   extern __shared__ float sm[];
   const int half = a.half;
@@ -98,7 +83,7 @@ __global__ void __launch_bounds__(kBlock) rope_kernel_u(const P* __restrict__ po
   const int64_t left = a.tokens - t0;
   const int total = static_cast<int>(left < a.tpb ? left : a.tpb) * items;
   for (int idx0 = threadIdx.x; idx0 < total; idx0 += U * kBlock) {
-    RopeItem<T, VP, NEOX> it[U];
+    NeoxItem<T, VP> it[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int idx = idx0 + u * kBlock;
@@ -120,6 +105,8 @@ __global__ void __launch_bounds__(kBlock) rope_kernel_u(const P* __restrict__ po
   }
 }
 
+// The earlier kernel (gptj, unaligned views, TESSEL_ROPE_UNROLL=0): one item per thread and
+// round, its token bound checked per item. (Its cos / sin loop is rope_neox_kernel's.)
 template <class T, int VP, bool NEOX, class P>
 __global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos, const __grid_constant__ RopeArgs<T> a) {
   extern __shared__ float sm[];
@@ -316,9 +303,9 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
       using P = decltype(pos_tag);
       const P* pp = static_cast<const P*>(positions.data);
       if (vec_ok && neox && unroll_env > 0) {
-        if (unroll_env >= 4) rope_kernel_u<T_, V, true, 4, P><<<grid, kBlock, smem, stream>>>(pp, a);
-        else if (unroll_env >= 2) rope_kernel_u<T_, V, true, 2, P><<<grid, kBlock, smem, stream>>>(pp, a);
-        else rope_kernel_u<T_, V, true, 1, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        if (unroll_env >= 4) rope_neox_kernel<T_, V, 4, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else if (unroll_env >= 2) rope_neox_kernel<T_, V, 2, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else rope_neox_kernel<T_, V, 1, P><<<grid, kBlock, smem, stream>>>(pp, a);
       } else if (vec_ok) {
         if (neox) rope_kernel<T_, V, true, P><<<grid, kBlock, smem, stream>>>(pp, a);
         else rope_kernel<T_, V / 2, false, P><<<grid, kBlock, smem, stream>>>(pp, a);
