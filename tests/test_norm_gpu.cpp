@@ -136,7 +136,8 @@ TEST_P(NormGpu, RmsNormAddForward) {
       habs[i] = std::fabs(xv[i]) + std::fabs(rv[i]);
     }
     EXPECT_TRUE(test::all_close(test::download_values(h), hv, dt, habs));
-    EXPECT_TRUE(test::all_close(test::download_values(y), ref::rms_norm(hv, wv, rows, cols, kEps).y, dt));
+    EXPECT_TRUE(
+        test::all_close(test::download_values(y), ref::rms_norm(hv, wv, rows, cols, kEps).y, dt));
   }
 }
 
@@ -148,7 +149,8 @@ TEST_P(NormGpu, RmsNormBackward) {
       std::vector<double> xv = rng().uniform(rows * cols, -2.0, 2.0);
       std::vector<double> gv = rng().uniform(rows * cols, -1.0, 1.0);
       std::vector<double> wv = rng().uniform(cols, 0.5, 1.5);
-      std::vector<double> hv = with_dh ? rng().uniform(rows * cols, -1.0, 1.0) : std::vector<double>{};
+      std::vector<double> hv =
+          with_dh ? rng().uniform(rows * cols, -1.0, 1.0) : std::vector<double>{};
       DeviceTensor x = test::to_device(dt, {rows, cols}, xv);
       DeviceTensor dy = test::to_device(dt, {rows, cols}, gv);
       DeviceTensor w = test::to_device(dt, {cols}, wv);
@@ -190,7 +192,8 @@ TEST_P(NormGpu, LayerNormForward) {
       sync();
       const ref::NormForward f = ref::layer_norm(xv, wv, bv, rows, cols, kEps);
       EXPECT_TRUE(test::all_close(test::download_values(y), f.y, dt));
-      EXPECT_TRUE(test::all_close(download_f32(mu), f.mean, DType::f32, mean_scale(xv, rows, cols)));
+      EXPECT_TRUE(
+          test::all_close(download_f32(mu), f.mean, DType::f32, mean_scale(xv, rows, cols)));
       // rstd of a low-variance row: fp32 sum of squared deviations, a few ulp per term.
       EXPECT_TRUE(test::all_close(download_f32(rs), f.rstd, cols == 1 ? DType::f32 : DType::f32));
     }
@@ -263,8 +266,10 @@ TEST_P(NormLongRowsGpu, BackwardManyRowsPerCluster) {
     dw_scale(gv, xv, f, rows, cols, true, sw, sb);
     EXPECT_TRUE(test::all_close(test::download_values(dx), b.dx, dt, sdx));
     EXPECT_TRUE(test::all_close(test::download_values(dw), b.dw, dt, sw));
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(dx2), test::download_bytes(dx), dtype_size(dt)));
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw), dtype_size(dt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(dx2), test::download_bytes(dx), dtype_size(dt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw), dtype_size(dt)));
   }
   {
     SCOPED_TRACE("layer_norm_backward");
@@ -284,8 +289,10 @@ TEST_P(NormLongRowsGpu, BackwardManyRowsPerCluster) {
                                 dx_scale(gv, xv, wv, f, rows, cols, false)));
     EXPECT_TRUE(test::all_close(test::download_values(dw), b.dw, dt, sw));
     EXPECT_TRUE(test::all_close(test::download_values(db), b.db, dt, sb));
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw), dtype_size(dt)));
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(db2), test::download_bytes(db), dtype_size(dt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(dw2), test::download_bytes(dw), dtype_size(dt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(db2), test::download_bytes(db), dtype_size(dt)));
   }
 }
 
@@ -297,13 +304,12 @@ std::string norm_name(const ::testing::TestParamInfo<NormParam>& info) {
          std::to_string(std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, NormGpu,
-                         ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Values(1, 7, 127, 128, 1000, 1024, 4096, 4097,
-                                                              6144, 8192, 16384, 16385, 16392,
-                                                              24584, 40000, 100000, 131073,
-                                                              262144)),
-                         norm_name);
+INSTANTIATE_TEST_SUITE_P(
+    All, NormGpu,
+    ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
+                       ::testing::Values(1, 7, 127, 128, 1000, 1024, 4096, 4097, 6144, 8192, 16384,
+                                         16385, 16392, 24584, 40000, 100000, 131073, 262144)),
+    norm_name);
 
 // ---- layouts, aliasing, determinism -------------------------------------------------------
 
@@ -315,7 +321,9 @@ TEST_P(NormLayoutGpu, RowPitchedViews) {
   const DType dt = GetParam();
   for (const auto& [rows, cols, xp, yp, off] :
        std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {33, 1000, 1003, 1024, 1}, {5, 4096, 4104, 4096 + 64, 0}, {3, 70000, 70001, 70016, 3},
+           {33, 1000, 1003, 1024, 1},
+           {5, 4096, 4104, 4096 + 64, 0},
+           {3, 70000, 70001, 70016, 3},
            {64, 96, 128, 104, 0}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
     std::vector<double> xv = rng().uniform(rows * cols, -2.0, 2.0);
@@ -354,7 +362,8 @@ TEST_P(NormLayoutGpu, RowPitchedViews) {
     DeviceTensor yr = test::alloc_pitched(dt, {rows, cols}, xp, 1);
     rms_norm(x.t, w.t, yr.t, nullptr, kEps, stream());
     sync();
-    EXPECT_TRUE(test::all_close(test::download_values(yr), ref::rms_norm(xv, wv, rows, cols, kEps).y, dt));
+    EXPECT_TRUE(
+        test::all_close(test::download_values(yr), ref::rms_norm(xv, wv, rows, cols, kEps).y, dt));
     EXPECT_TRUE(test::outside_untouched(yr));
   }
 }
@@ -409,8 +418,10 @@ TEST_P(NormLayoutGpu, WeightGradientsDeterministic) {
       layer_norm_backward(dy.t, x.t, w.t, mu.t, rs.t, dx.t, dw2.t, nullptr, stream());
     }
     sync();
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(dw1), test::download_bytes(dw2), dtype_size(dt)));
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(db1), test::download_bytes(db2), dtype_size(dt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(dw1), test::download_bytes(dw2), dtype_size(dt)));
+    EXPECT_TRUE(
+        test::bit_exact(test::download_bytes(db1), test::download_bytes(db2), dtype_size(dt)));
   }
 }
 
@@ -458,7 +469,8 @@ TEST_P(NormLayoutGpu, StagedBackwardManyRows) {
 // No rows: dw (and db) are zero (a sum over nothing).
 TEST_P(NormLayoutGpu, ZeroRowsGiveZeroWeightGradients) {
   const DType dt = GetParam();
-  DeviceTensor x = test::alloc(dt, {0, 64}), dy = test::alloc(dt, {0, 64}), dx = test::alloc(dt, {0, 64});
+  DeviceTensor x = test::alloc(dt, {0, 64}), dy = test::alloc(dt, {0, 64}),
+               dx = test::alloc(dt, {0, 64});
   std::vector<double> wv = rng().uniform(64, 0.5, 1.5);
   DeviceTensor w = test::to_device(dt, {64}, wv);
   DeviceTensor mu = test::alloc(DType::f32, {0}), rs = test::alloc(DType::f32, {0});
@@ -484,25 +496,25 @@ struct GnCase {
 };
 
 const GnCase kGnCases[] = {
-    {{2, 6, 7}, 3},             // hw = 7: scalar path
-    {{3, 32, 8, 8}, 8},         // vector path, short rows
-    {{2, 64, 33}, 32},          // odd hw
-    {{2, 8}, 4},                // no spatial dims
-    {{2, 320, 16, 16}, 32},     // cpg 10 x 256
-    {{1, 4, 65536}, 1},         // one row of 262144: cluster of 16
-    {{2, 64, 40, 40}, 32},      // row 3200
-    {{1, 32, 96, 96}, 4},       // row 73728: cluster
+    {{2, 6, 7}, 3},          // hw = 7: scalar path
+    {{3, 32, 8, 8}, 8},      // vector path, short rows
+    {{2, 64, 33}, 32},       // odd hw
+    {{2, 8}, 4},             // no spatial dims
+    {{2, 320, 16, 16}, 32},  // cpg 10 x 256
+    {{1, 4, 65536}, 1},      // one row of 262144: cluster of 16
+    {{2, 64, 40, 40}, 32},   // row 3200
+    {{1, 32, 96, 96}, 4},    // row 73728: cluster
     // staged path (rows >= 2048, hw % VEC == 0): channels cut by slice boundaries, ragged last
     // slice, a channel longer than a slice, and one with too many channels per slice for the
     // staged backward (register path there)
-    {{3, 24, 1000}, 2},         // row 12000: 2-3 CTAs, channels split across slices
-    {{2, 10, 1712}, 1},         // row 17120: last slice shorter
-    {{1, 7, 48, 48}, 7},        // cpg 1: rows of 2304, odd n*G
-    {{3, 6, 4104}, 3},          // cpg 2, rows 8208, odd slices
-    {{2, 4096, 8}, 2},          // cpg 2048 of hw 8: staged forward, register backward
+    {{3, 24, 1000}, 2},   // row 12000: 2-3 CTAs, channels split across slices
+    {{2, 10, 1712}, 1},   // row 17120: last slice shorter
+    {{1, 7, 48, 48}, 7},  // cpg 1: rows of 2304, odd n*G
+    {{3, 6, 4104}, 3},    // cpg 2, rows 8208, odd slices
+    {{2, 4096, 8}, 2},    // cpg 2048 of hw 8: staged forward, register backward
     // more rows than resident clusters: the staged backward's clusters loop over rows
-    {{16, 128, 64, 64}, 16},    // 256 rows of 32768 (4-8 CTAs per row)
-    {{600, 4, 2048}, 2},        // 1200 rows of 4096 (one CTA per row)
+    {{16, 128, 64, 64}, 16},  // 256 rows of 32768 (4-8 CTAs per row)
+    {{600, 4, 2048}, 2},      // 1200 rows of 4096 (one CTA per row)
 };
 
 TEST_P(GroupNormGpu, ForwardAndBackward) {
@@ -534,7 +546,8 @@ TEST_P(GroupNormGpu, ForwardAndBackward) {
   DeviceTensor y2 = test::alloc(dt, gc.shape);  // without bias and statistics
   group_norm(x.t, G, w.t, nullptr, y2.t, nullptr, nullptr, kEps, stream());
   sync();
-  EXPECT_TRUE(test::all_close(test::download_values(y2), ref::group_norm(xv, wv, {}, n, c, hw, G, kEps).y, dt));
+  EXPECT_TRUE(test::all_close(test::download_values(y2),
+                              ref::group_norm(xv, wv, {}, n, c, hw, G, kEps).y, dt));
 
   DeviceTensor dx = test::alloc(dt, gc.shape);
   DeviceTensor dw = test::alloc(dt, {c});
@@ -550,10 +563,11 @@ TEST_P(GroupNormGpu, ForwardAndBackward) {
   EXPECT_TRUE(test::all_close(test::download_values(db), bw.db, dt, sb));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GroupNormGpu,
-                         ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
-                                            ::testing::Range(0, static_cast<int>(std::size(kGnCases)))),
-                         test::dtype_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    All, GroupNormGpu,
+    ::testing::Combine(::testing::ValuesIn(test::kFloatDTypes),
+                       ::testing::Range(0, static_cast<int>(std::size(kGnCases)))),
+    test::dtype_case_name);
 
 }  // namespace
 }  // namespace tessel

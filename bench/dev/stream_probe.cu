@@ -12,18 +12,18 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e = (x);                                                                  \
+    if (e != cudaSuccess) {                                                               \
       std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      return 1;                                                                      \
-    }                                                                                \
+      return 1;                                                                           \
+    }                                                                                     \
   } while (0)
 
 enum Ld { kLdPlain, kLdNc256, kLdEvictFirst };
@@ -55,15 +55,15 @@ __device__ __forceinline__ void store16(uint4* p, uint4 v) {
                  "r"(v.w)
                  : "memory");
   else
-    asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
+    asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
                  : "memory");
 }
 
 // Grid-stride over chunks of U vectors per thread (the U loads issue before any store).
 template <int L, int S, int U>
-__global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ in,
-                                                   uint4* __restrict__ out, int64_t n) {
+__global__ void __launch_bounds__(256)
+    copy_kernel(const uint4* __restrict__ in, uint4* __restrict__ out, int64_t n) {
   uint64_t pol = 0;
   if constexpr (L == kLdEvictFirst)
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
@@ -140,8 +140,8 @@ int main() {
   run("ef", copy_kernel<kLdEvictFirst, kStPlain, 4>, 4);
   run("efcs", copy_kernel<kLdEvictFirst, kStCs, 4>, 4);
   CK(cudaGetLastError());
-  std::printf("memcpy again               %8.1f GB/s\n",
-              gbs(median_ms([&] { cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice); },
-                            a, b)));
+  std::printf(
+      "memcpy again               %8.1f GB/s\n",
+      gbs(median_ms([&] { cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice); }, a, b)));
   return 0;
 }

@@ -676,8 +676,8 @@ Slices slices_of(const CeArgs& a) {
   constexpr int64_t kVec = kVec16<T>;
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
   Slices s;
-  s.count = std::min<int64_t>(kClusterMax,
-                              std::max<int64_t>(1, (row_bytes + slice_target() - 1) / slice_target()));
+  s.count = std::min<int64_t>(
+      kClusterMax, std::max<int64_t>(1, (row_bytes + slice_target() - 1) / slice_target()));
   s.chunk = ((a.cols + s.count - 1) / s.count + kVec - 1) / kVec * kVec;
   s.smem = s.chunk * int64_t{sizeof(T)};
   s.ok = s.smem <= kSliceMax && a.rows * s.count < (int64_t{1} << 31);

@@ -59,8 +59,8 @@ struct NeoxItem {
 // U items per thread per round, all loaded before any is stored (the stores may alias later
 // loads as far as the compiler knows, so it would not hoist them itself).
 template <class T, int VP, int U, class P>
-__global__ void __launch_bounds__(kBlock) rope_neox_kernel(const P* __restrict__ pos,
-                                                        const __grid_constant__ RopeArgs<T> a) {
+__global__ void __launch_bounds__(kBlock)
+    rope_neox_kernel(const P* __restrict__ pos, const __grid_constant__ RopeArgs<T> a) {
   extern __shared__ float sm[];
   const int half = a.half;
   float* cs = sm;
@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(kBlock) rope_neox_kernel(const P* __restrict__
       const int64_t tok = t0 + t;
       const int h = r / per_head;
       it[u].i0 = (r - h * per_head) * VP;
-      it[u].base = h < a.hq ? a.q + tok * a.q_ts + h * a.q_hs
-                            : a.k + tok * a.k_ts + (h - a.hq) * a.k_hs;
+      it[u].base =
+          h < a.hq ? a.q + tok * a.q_ts + h * a.q_hs : a.k + tok * a.k_ts + (h - a.hq) * a.k_hs;
       it[u].c = cs + t * half + it[u].i0;
       it[u].s = sn + t * half + it[u].i0;
       it[u].load(half);
@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(kBlock) rope_neox_kernel(const P* __restrict__
 // The earlier kernel (gptj, unaligned views, TESSEL_ROPE_UNROLL=0): one item per thread and
 // round, its token bound checked per item. (Its cos / sin loop is rope_neox_kernel's.)
 template <class T, int VP, bool NEOX, class P>
-__global__ void __launch_bounds__(kBlock) rope_kernel(const P* __restrict__ pos, const __grid_constant__ RopeArgs<T> a) {
+__global__ void __launch_bounds__(kBlock)
+    rope_kernel(const P* __restrict__ pos, const __grid_constant__ RopeArgs<T> a) {
   extern __shared__ float sm[];
   const int half = a.half;
   float* cs = sm;
@@ -195,8 +196,8 @@ void inv_freq(const RopeParams& prm, int64_t rd, double* out) {
       if (wl > low_wl) {
         f = f / prm.factor;
       } else if (wl >= high_wl) {
-        const double sm = (old_len / wl - prm.low_freq_factor) /
-                          (prm.high_freq_factor - prm.low_freq_factor);
+        const double sm =
+            (old_len / wl - prm.low_freq_factor) / (prm.high_freq_factor - prm.low_freq_factor);
         f = (1.0 - sm) * f / prm.factor + sm * f;
       }
     }
@@ -212,13 +213,15 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
              "code " + std::to_string(static_cast<int>(prm.style)));
   if (!(prm.theta > 0.0) || !std::isfinite(prm.theta))
     chk.fail("params.theta", "a finite theta > 0", std::to_string(prm.theta));
-  if (prm.llama3 && !(prm.factor > 0.0 && prm.low_freq_factor > 0.0 &&
-                      prm.high_freq_factor > prm.low_freq_factor &&
-                      prm.original_max_position_embeddings > 0))
-    chk.fail("params", "llama3 scaling with factor > 0, 0 < low_freq_factor < high_freq_factor, "
+  if (prm.llama3 &&
+      !(prm.factor > 0.0 && prm.low_freq_factor > 0.0 &&
+        prm.high_freq_factor > prm.low_freq_factor && prm.original_max_position_embeddings > 0))
+    chk.fail("params",
+             "llama3 scaling with factor > 0, 0 < low_freq_factor < high_freq_factor, "
              "original_max_position_embeddings > 0",
-             "factor " + std::to_string(prm.factor) + ", low " + std::to_string(prm.low_freq_factor) +
-                 ", high " + std::to_string(prm.high_freq_factor) + ", original " +
+             "factor " + std::to_string(prm.factor) + ", low " +
+                 std::to_string(prm.low_freq_factor) + ", high " +
+                 std::to_string(prm.high_freq_factor) + ", original " +
                  std::to_string(prm.original_max_position_embeddings));
   chk.dtype_in(qn, q, {DType::f32, DType::f16, DType::bf16});
   chk.dtype_in(kn, k, {DType::f32, DType::f16, DType::bf16});
@@ -229,20 +232,24 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
   chk.rank_in("positions", positions, 1, 1);
   const int64_t T = q.shape[0], D = q.shape[2];
   if (k.shape[0] != T || k.shape[2] != D)
-    chk.fail(kn, "shape (" + std::to_string(T) + ", Hkv, " + std::to_string(D) + ") (q's tokens and head dim)",
+    chk.fail(kn,
+             "shape (" + std::to_string(T) + ", Hkv, " + std::to_string(D) +
+                 ") (q's tokens and head dim)",
              "shape " + detail::dims_string(k));
   if (positions.shape[0] != T)
     chk.fail("positions", "shape (" + std::to_string(T) + ",) (one position per token)",
              "shape " + detail::dims_string(positions));
   const int64_t rd = prm.rotary_dim == 0 ? D : prm.rotary_dim;
   if (rd < 0 || rd % 2 != 0 || rd > D || rd > kMaxRotary)
-    chk.fail("params.rotary_dim", "an even rotary_dim <= head dim " + std::to_string(D) +
-                                      " and <= " + std::to_string(kMaxRotary) + " (0: head dim)",
+    chk.fail("params.rotary_dim",
+             "an even rotary_dim <= head dim " + std::to_string(D) +
+                 " and <= " + std::to_string(kMaxRotary) + " (0: head dim)",
              std::to_string(prm.rotary_dim));
   for (const Tensor* t : {&q, &k}) {
     const char* nm = t == &q ? qn : kn;
     for (int d = 0; d < 3; ++d)
-      if (t->strides[d] < 0) chk.fail(nm, "non-negative strides", "strides of " + detail::dims_string(*t));
+      if (t->strides[d] < 0)
+        chk.fail(nm, "non-negative strides", "strides of " + detail::dims_string(*t));
     if (t->shape[2] > 1 && t->strides[2] != 1 && t->numel() > 0)
       chk.fail(nm, "unit stride on the last axis", "last stride " + std::to_string(t->strides[2]));
   }
@@ -294,8 +301,8 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
       return e ? std::atoi(e) : 1;
     }();
     const int64_t per_block = kBlock * (memory_gbps_per_sm() > 30.0 ? 10 : 5) / 4;  // 2.5 / 1.25
-    a.tpb = static_cast<int>(std::clamp<int64_t>(
-        (per_block + items - 1) / std::max<int64_t>(items, 1), 1, 16));
+    a.tpb = static_cast<int>(
+        std::clamp<int64_t>((per_block + items - 1) / std::max<int64_t>(items, 1), 1, 16));
     if (tpb_env >= 1 && tpb_env <= 64 && int64_t{tpb_env} * a.half <= 16384) a.tpb = tpb_env;
     const unsigned grid = static_cast<unsigned>(tile::ceil_div(T, a.tpb));
     const size_t smem = sizeof(float) * 2 * a.tpb * a.half;
@@ -303,19 +310,28 @@ void run(const char* op, const char* qn, const char* kn, Tensor& q, Tensor& k,
       using P = decltype(pos_tag);
       const P* pp = static_cast<const P*>(positions.data);
       if (vec_ok && neox && unroll_env > 0) {
-        if (unroll_env >= 4) rope_neox_kernel<T_, V, 4, P><<<grid, kBlock, smem, stream>>>(pp, a);
-        else if (unroll_env >= 2) rope_neox_kernel<T_, V, 2, P><<<grid, kBlock, smem, stream>>>(pp, a);
-        else rope_neox_kernel<T_, V, 1, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        if (unroll_env >= 4)
+          rope_neox_kernel<T_, V, 4, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else if (unroll_env >= 2)
+          rope_neox_kernel<T_, V, 2, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else
+          rope_neox_kernel<T_, V, 1, P><<<grid, kBlock, smem, stream>>>(pp, a);
       } else if (vec_ok) {
-        if (neox) rope_kernel<T_, V, true, P><<<grid, kBlock, smem, stream>>>(pp, a);
-        else rope_kernel<T_, V / 2, false, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        if (neox)
+          rope_kernel<T_, V, true, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else
+          rope_kernel<T_, V / 2, false, P><<<grid, kBlock, smem, stream>>>(pp, a);
       } else {
-        if (neox) rope_kernel<T_, 1, true, P><<<grid, kBlock, smem, stream>>>(pp, a);
-        else rope_kernel<T_, 1, false, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        if (neox)
+          rope_kernel<T_, 1, true, P><<<grid, kBlock, smem, stream>>>(pp, a);
+        else
+          rope_kernel<T_, 1, false, P><<<grid, kBlock, smem, stream>>>(pp, a);
       }
     };
-    if (positions.dtype == DType::i32) launch(int32_t{});
-    else launch(int64_t{});
+    if (positions.dtype == DType::i32)
+      launch(int32_t{});
+    else
+      launch(int64_t{});
   });
   detail::check_launch(op);
 }
