@@ -32,6 +32,24 @@ struct RopeArgs {
   double inv_freq[kMaxRotary / 2];
 };
 
+// The block's cos / sin table: (token, frequency) of its tokens, the angle formed and
+// range-reduced in fp64, sincosf in fp32; sin carries the direction's sign.
+template <class T, class P>
+__device__ __forceinline__ void rope_tables(const P* __restrict__ pos, const RopeArgs<T>& a,
+                                            int64_t t0, int half, float* cs, float* sn) {
+  constexpr double kTwoPi = 2.0 * std::numbers::pi, kInvTwoPi = 1.0 / kTwoPi;
+  for (int idx = threadIdx.x; idx < a.tpb * half; idx += kBlock) {
+    const int t = idx / half, i = idx - t * half;
+    if (t0 + t >= a.tokens) break;
+    double ang = static_cast<double>(pos[t0 + t]) * a.inv_freq[i];
+    ang = fma(-rint(ang * kInvTwoPi), kTwoPi, ang);
+    float s, c;
+    sincosf(static_cast<float>(ang), &s, &c);
+    cs[idx] = c;
+    sn[idx] = a.sign * s;
+  }
+}
+
 // One neox (token, head, pair-vector) item in place: x[i0 ..] and x[half + i0 ..].
 template <class T, int VP>
 struct NeoxItem {
@@ -66,17 +84,7 @@ __global__ void __launch_bounds__(kBlock)
   float* cs = sm;
   float* sn = sm + a.tpb * half;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * a.tpb;
-  constexpr double kTwoPi = 2.0 * std::numbers::pi, kInvTwoPi = 1.0 / kTwoPi;
-  for (int idx = threadIdx.x; idx < a.tpb * half; idx += kBlock) {
-    const int t = idx / half, i = idx - t * half;
-    if (t0 + t >= a.tokens) break;
-    double ang = static_cast<double>(pos[t0 + t]) * a.inv_freq[i];
-    ang = fma(-rint(ang * kInvTwoPi), kTwoPi, ang);
-    float s, c;
-    sincosf(static_cast<float>(ang), &s, &c);
-    cs[idx] = c;
-    sn[idx] = a.sign * s;
-  }
+  rope_tables(pos, a, t0, half, cs, sn);
   __syncthreads();
   const int per_head = half / VP;
   const int items = (a.hq + a.hkv) * per_head;
@@ -115,17 +123,7 @@ __global__ void __launch_bounds__(kBlock)
   float* cs = sm;
   float* sn = sm + a.tpb * half;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * a.tpb;
-  constexpr double kTwoPi = 2.0 * std::numbers::pi, kInvTwoPi = 1.0 / kTwoPi;
-  for (int idx = threadIdx.x; idx < a.tpb * half; idx += kBlock) {
-    const int t = idx / half, i = idx - t * half;
-    if (t0 + t >= a.tokens) break;
-    double ang = static_cast<double>(pos[t0 + t]) * a.inv_freq[i];
-    ang = fma(-rint(ang * kInvTwoPi), kTwoPi, ang);
-    float s, c;
-    sincosf(static_cast<float>(ang), &s, &c);
-    cs[idx] = c;
-    sn[idx] = a.sign * s;
-  }
+  rope_tables(pos, a, t0, half, cs, sn);
   __syncthreads();
   const int per_head = half / VP;
   const int items = (a.hq + a.hkv) * per_head;
