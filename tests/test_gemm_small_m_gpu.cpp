@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "ops/gemm/gemm_small_m.hpp"
-#include "ops/gemm/gemm_small_m_ring.hpp"
 #include "tessel/activation.hpp"
 #include "tessel/gemm.hpp"
 #include "test_util.hpp"
@@ -211,16 +210,6 @@ TEST_F(GemmSmallMGpu, EveryConfigMatchesFloat64) {
       c.config = cfg;
       run(c, p);
     }
-  }
-}
-
-// The slim ring configs exist to let the next kernel's CTA in beside each of theirs: two per
-// SM at their deepest rings (M = 1: 3 stages; M = 2 and 8: 2), both dtypes.
-TEST_F(GemmSmallMGpu, SlimRingTwoCtasPerSm) {
-  for (bool bf16 : {true, false}) {
-    EXPECT_EQ(detail::small_m_ring_slim_ctas_per_sm(1, 3, bf16), 2);
-    EXPECT_EQ(detail::small_m_ring_slim_ctas_per_sm(2, 2, bf16), 2);
-    EXPECT_EQ(detail::small_m_ring_slim_ctas_per_sm(8, 2, bf16), 2);
   }
 }
 

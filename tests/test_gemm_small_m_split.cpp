@@ -126,14 +126,6 @@ TEST(GemmSmallMSplit, RowGroups) {
   EXPECT_TRUE(detail::small_m_ring_shape_supported(32, 1024, 2));
   EXPECT_FALSE(detail::small_m_ring_shape_supported(9, 2048, 1));
   EXPECT_FALSE(detail::small_m_ring_shape_supported(1, 512, 1));
-  // The slim (co-resident) shape: half an SM's shared memory, 16 rows x 1024 k, M <= 8.
-  EXPECT_EQ(detail::small_m_ring_max_stages(1, 1024, 1, 4), 3);
-  EXPECT_EQ(detail::small_m_ring_max_stages(2, 1024, 1, 4), 2);
-  EXPECT_EQ(detail::small_m_ring_max_stages(8, 1024, 1, 4), 2);
-  EXPECT_TRUE(detail::small_m_ring_shape_supported(8, 1024, 1, 4));
-  EXPECT_FALSE(detail::small_m_ring_shape_supported(9, 1024, 1, 4));
-  EXPECT_FALSE(detail::small_m_ring_shape_supported(1, 1024, 2, 4));
-  EXPECT_FALSE(detail::small_m_ring_shape_supported(1, 2048, 1, 4));
 }
 
 // A CTA whose run lies inside one slab keeps that piece in slot 0; a slab cut in three is

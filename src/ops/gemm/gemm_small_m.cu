@@ -362,22 +362,15 @@ constexpr int kNumLdgConfigs = 4 * kNumSplitChoices;  // wn ∈ {1, 2, 4, 8} × 
 // (ring_applies); for other problems these ids run the default register-streaming config. The
 // ring depth barely matters alone (H200: 3, 4, 5 stages within 2 %); 2 stages leave shared
 // memory for the neighbouring kernels' CTAs under a dependent launch. 32-row stages share one
-// activation slice between two row groups (M = 9-16: the L2 reads of A halve). The last two
-// are the co-resident ("slim") shape: 4 MMA warps and at most half an SM's shared memory, so
-// that under a dependent launch the next kernel's CTA fits beside each CTA and fills its ring
-// during this kernel instead of after it (TESSEL_GEMM_SMALL_M_COSIDE).
-constexpr int kRingShapes[][4] = {{1024, 2, 1, 8}, {1024, 4, 1, 8}, {2048, 2, 1, 8},
-                                  {1024, 2, 2, 8}, {1024, 3, 1, 4}, {1024, 2, 1, 4}};
-constexpr int kNumRingConfigs = 6;
+// activation slice between two row groups (M = 9-16: the L2 reads of A halve).
+constexpr int kRingShapes[][3] = {{1024, 2, 1}, {1024, 4, 1}, {2048, 2, 1}, {1024, 2, 2}};
+constexpr int kNumRingConfigs = 4;
 constexpr int kRing32Rows = kNumLdgConfigs + 3;  // 32 rows x 1024 k x 2 stages
-constexpr int kRingSlim3 = kNumLdgConfigs + 4;   // slim, 16 rows x 1024 k x 3 stages
-constexpr int kRingSlim2 = kNumLdgConfigs + 5;   // slim, 2 stages
 constexpr int kNumConfigs = kNumLdgConfigs + kNumRingConfigs;
 bool is_ring_config(int id) { return id >= kNumLdgConfigs; }
 int ring_stage_k(int id) { return kRingShapes[id - kNumLdgConfigs][0]; }
 int ring_stages(int id) { return kRingShapes[id - kNumLdgConfigs][1]; }
 int ring_row_groups(int id) { return kRingShapes[id - kNumLdgConfigs][2]; }
-int ring_mma_warps(int id) { return kRingShapes[id - kNumLdgConfigs][3]; }
 
 struct Config {
   int wn, splits;
@@ -541,12 +534,8 @@ cudaError_t launch_mt(const Params& p, dim3 grid, size_t smem, cudaStream_t stre
 // with room for two stages; the SwiGLU-fused problem up to the tokens its A warps hold).
 bool ring_applies(const Problem& pr, int cfg_id) {
   const int stage_k = ring_stage_k(cfg_id), groups = ring_row_groups(cfg_id);
-  const int warps = ring_mma_warps(cfg_id);
-  return !pr.kn && pr.m <= kSmallMRingMaxM &&
-         small_m_ring_shape_supported(pr.m, stage_k, groups, warps) &&
-         // (a slim config takes its full depth: 3 and 2 stages stay distinct candidates)
-         small_m_ring_max_stages(pr.m, stage_k, groups, warps) >=
-             (warps == 8 ? 2 : ring_stages(cfg_id)) &&
+  return !pr.kn && pr.m <= kSmallMRingMaxM && small_m_ring_shape_supported(pr.m, stage_k, groups) &&
+         small_m_ring_max_stages(pr.m, stage_k, groups) >= 2 &&
          ((!pr.gated && !pr.rms) || pr.m <= small_m_ring_max_gated_m(stage_k));
 }
 
@@ -597,9 +586,7 @@ bool launch_ring(const Problem& pr, const void* a, const void* b, void* dptr, in
   set_problem(p, pr, a, b, dptr, ldd, cptr, alpha, beta);
   p.stage_k = stage_k;
   p.row_groups = groups;
-  p.mma_warps = ring_mma_warps(cfg_id);
-  p.stages = std::min(ring_stages(cfg_id),
-                      small_m_ring_max_stages(pr.m, stage_k, groups, p.mma_warps));
+  p.stages = std::min(ring_stages(cfg_id), small_m_ring_max_stages(pr.m, stage_k, groups));
   p.slab_runs = small_m_ring_slab_runs(pr.n, sms, groups) ? 1 : 0;
   p.partials = ws.partials;
   p.tickets = ws.tickets;
@@ -667,18 +654,6 @@ void launch(const Problem& pr, const void* a, const void* b, void* dptr, int64_t
   TESSEL_CUDA_CHECK(err);
 }
 
-// TESSEL_GEMM_SMALL_M_COSIDE=1: every problem a slim (co-resident) ring config takes runs the
-// deepest one that fits, untuned. Timed alone a GEMM cannot show what co-residence buys (the
-// next kernel's ring filled during this one's tail), so the tuner would not pick them for it:
-// this is the switch to measure chains and whole decode steps with them (A/B).
-bool prefer_coside() {
-  static const bool on = [] {
-    const char* v = std::getenv("TESSEL_GEMM_SMALL_M_COSIDE");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
-}
-
 std::string dtype_key(const Tensor& a, const Tensor& d) {
   return std::string(dtype_name(a.dtype)) + "->" + dtype_name(d.dtype);
 }
@@ -692,9 +667,6 @@ int choose(const Problem& pr, const Tensor& a, const Tensor& b, const Tensor& d,
   // beats it on every Llama decode weight (H200: 0.72-0.99x cuBLAS against 0.61-0.87x).
   int fallback = default_config(pr.kn, pr.n, current_sm_count());
   if (pr.m > 8 && ring_tunable() && ring_applies(pr, kRing32Rows)) fallback = kRing32Rows;
-  if (prefer_coside() && ring_tunable())
-    for (int slim : {kRingSlim3, kRingSlim2})
-      if (ring_applies(pr, slim)) return slim;
   if (!autotune::enabled()) return fallback;
   int dev = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
@@ -807,7 +779,7 @@ std::string gemm_small_m_config_name(int config) {
     return "config " + std::to_string(config) + " (bulk-copy ring, " +
            std::to_string(16 * ring_row_groups(config)) + " rows x " +
            std::to_string(ring_stage_k(config)) + " k x " + std::to_string(ring_stages(config)) +
-           " stages" + (ring_mma_warps(config) == 4 ? ", 4 MMA warps, 2 CTAs per SM)" : ")");
+           " stages)";
   const Config c = config_of(config);
   return "config " + std::to_string(config) + " (warps N x K = " + std::to_string(c.wn) + " x " +
          std::to_string(kWarps / c.wn) + ", splits >= " + std::to_string(c.splits) + ")";

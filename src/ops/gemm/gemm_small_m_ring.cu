@@ -56,31 +56,24 @@ using namespace small_m;
 
 constexpr int kRows = 16;  // weight rows of one row group: one MMA tile
 
-// MMA warps per CTA: 8 (one CTA per SM: 352 threads at ~110 registers fill 60 % of the
-// register file, and up to 226 KB of ring), or 4 for the co-resident ("slim") configs: 224
-// threads and at most kSlimMaxSmem of ring, so two CTAs fit on an SM. Under a dependent launch
-// the next GEMM's CTA then becomes resident beside this one and its producer fills its ring
-// while this GEMM streams, instead of starting when this GEMM's CTA has left the SM.
+constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
-constexpr int threads_of(int mma_warps) { return (mma_warps + 1 + kActWarps) * 32; }
+constexpr int kProducerWarp = kMmaWarps;  // warp 8
+constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
 constexpr size_t kMaxSmem = 226 * 1024;  // the opt-in 227 KB less the static s_last, s_rstd
-// Two CTAs per SM: 228 KB per SM, per CTA 1 KB reserved and 1.25 KB of static shared memory
-// (cuobjdump -res-usage); test GemmSmallMGpu.SlimRingTwoCtasPerSm checks the occupancy.
-constexpr size_t kSlimMaxSmem = 111 * 1024;
-constexpr size_t max_smem(int mma_warps) { return mma_warps == 8 ? kMaxSmem : kSlimMaxSmem; }
 // n-tiles of 8 tokens for m tokens (1, 2 or 4).
 constexpr int token_tiles(int m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
 // The warps' k-range sums of a slab: per warp, 8 · token_tiles tokens × 16 rows.
-constexpr int red_floats(int m, int mma_warps) { return mma_warps * 8 * token_tiles(m) * kRows; }
+constexpr int red_floats(int m) { return kMmaWarps * 8 * token_tiles(m) * kRows; }
 // A quarter warp's 16-byte reads cover rows g, g+1 (64 bytes each): a 2112-byte pitch puts
 // them on disjoint banks.
 // A stage of k extent stage_k: 16 weight rows and m activation rows of this many bytes.
 constexpr int pitch_of(int stage_k) { return stage_k * 2 + 64; }
 static_assert(pitch_of(1024) % 128 == 64 && pitch_of(2048) % 128 == 64, "pitch: 64 mod 128");
 
-size_t smem_bytes(int stages, int m, int stage_k, int row_groups, int mma_warps) {
+size_t smem_bytes(int stages, int m, int stage_k, int row_groups) {
   return size_t(stages) * (kRows * row_groups + m) * pitch_of(stage_k) +
-         red_floats(m, mma_warps) * sizeof(float) + 2 * size_t(stages) * sizeof(uint64_t);
+         red_floats(m) * sizeof(float) + 2 * size_t(stages) * sizeof(uint64_t);
 }
 
 // The SwiGLU prologue's registers: 4 pieces of 8 k per A-warp lane and stage.
@@ -88,15 +81,12 @@ constexpr int kGatedPieces = 4;
 constexpr int max_gated_m(int stage_k) { return kActWarps * 32 * kGatedPieces * 8 / stage_k; }
 
 // The MMA warps' own barrier (named barrier 1; 0 is __syncthreads).
-template <int kMmaWarps>
 __device__ __forceinline__ void mma_warps_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kMmaWarps * 32) : "memory");
 }
 
-template <class T, int kStageK, int kRG, int kNT, int kMmaWarps>
-__global__ void __launch_bounds__(threads_of(kMmaWarps), kMmaWarps == 8 ? 1 : 2)
-    small_m_ring_kernel(const SmallMRingParams p) {
-  constexpr int kProducerWarp = kMmaWarps;  // then the two A warps
+template <class T, int kStageK, int kRG, int kNT>
+__global__ void __launch_bounds__(kThreads, 1) small_m_ring_kernel(const SmallMRingParams p) {
   constexpr int kPitch = pitch_of(kStageK);
   constexpr int kSlabRows = kRows * kRG;  // weight rows per stage (a slab)
   constexpr int kStageWBytes = kSlabRows * kPitch;
@@ -229,7 +219,7 @@ __global__ void __launch_bounds__(threads_of(kMmaWarps), kMmaWarps == 8 ? 1 : 2)
   // meanwhile. `red` is free until the first slab's sums.
   __shared__ float s_rstd[kSmallMRingMaxM];
   if (p.rms) row_rstd<T, kMmaWarps, 4>(ga, p.lda, p.m, p.k, p.rms_eps, warp, lane, red, s_rstd,
-                                    [] { mma_warps_sync<kMmaWarps>(); });
+                                    [] { mma_warps_sync(); });
   const int g = lane >> 2, t = lane & 3;
   const int tid = threadIdx.x;
   const int rg = warp % kRG, kp = warp / kRG;  // this warp's row group and k part
@@ -283,7 +273,7 @@ __global__ void __launch_bounds__(threads_of(kMmaWarps), kMmaWarps == 8 ? 1 : 2)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
       }
     }
-    mma_warps_sync<kMmaWarps>();
+    mma_warps_sync();
     const int row0 = static_cast<int>(slab) * kSlabRows;
     const bool whole = seg_ks0 == 0 && ks == ksn - 1;
     const int slot = split.slot(blockIdx.x, slab);
@@ -300,10 +290,10 @@ __global__ void __launch_bounds__(threads_of(kMmaWarps), kMmaWarps == 8 ? 1 : 2)
     }
     if (!whole) {
       __threadfence();
-      mma_warps_sync<kMmaWarps>();
+      mma_warps_sync();
       const int c_first = split.cta_of(slab * ksn), c_last = split.cta_of(slab * ksn + ksn - 1);
       if (tid == 0) s_last = atomicAdd(&p.tickets[slab], 1u) == unsigned(c_last - c_first);
-      mma_warps_sync<kMmaWarps>();
+      mma_warps_sync();
       if (s_last) {
         __threadfence();
         for (int e = tid; e < p.m * kSlabRows; e += kMmaWarps * 32) {
@@ -318,44 +308,40 @@ __global__ void __launch_bounds__(threads_of(kMmaWarps), kMmaWarps == 8 ? 1 : 2)
         if (tid == 0) p.tickets[slab] = 0;  // zero again for the next launch
       }
     }
-    mma_warps_sync<kMmaWarps>();  // red and s_last are reused by the next segment
+    mma_warps_sync();  // red and s_last are reused by the next segment
   }
 }
 
-template <class T, int kStageK, int kRG, int kNT, int kMmaWarps>
+template <class T, int kStageK, int kRG, int kNT>
 cudaError_t launch_t(const SmallMRingParams& p, int grid, cudaStream_t stream) {
-  auto kernel = small_m_ring_kernel<T, kStageK, kRG, kNT, kMmaWarps>;
-  if (cudaError_t e = opt_in_shared_memory(kernel, static_cast<int>(max_smem(kMmaWarps)));
-      e != cudaSuccess)
+  auto kernel = small_m_ring_kernel<T, kStageK, kRG, kNT>;
+  if (cudaError_t e = opt_in_shared_memory(kernel, static_cast<int>(kMaxSmem)); e != cudaSuccess)
     return e;
-  return launch_dependent(kernel, dim3(grid), dim3(threads_of(kMmaWarps)),
-                          smem_bytes(p.stages, p.m, kStageK, kRG, kMmaWarps), stream, p);
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads),
+                          smem_bytes(p.stages, p.m, kStageK, kRG), stream, p);
 }
 
 template <class T, int kStageK, int kRG>
 cudaError_t launch_nt(const SmallMRingParams& p, int grid, cudaStream_t stream) {
   switch (token_tiles(p.m)) {
-    case 1: return launch_t<T, kStageK, kRG, 1, 8>(p, grid, stream);
-    case 2: return launch_t<T, kStageK, kRG, 2, 8>(p, grid, stream);
-    default: return launch_t<T, kStageK, kRG, 4, 8>(p, grid, stream);
+    case 1: return launch_t<T, kStageK, kRG, 1>(p, grid, stream);
+    case 2: return launch_t<T, kStageK, kRG, 2>(p, grid, stream);
+    default: return launch_t<T, kStageK, kRG, 4>(p, grid, stream);
   }
 }
 
-// The stage shapes built: {k per stage, row groups, MMA warps} and the most tokens each is
-// built for ({2048, 1} only for M <= 8: a 16-token slice of 2048 k leaves no room for two
-// stages; the slim 4-warp shape only for M <= 8: more tokens leave no room for two stages in
-// half an SM's shared memory).
+// The stage shapes built: {k per stage, row groups}, and the most tokens each is built for
+// ({2048, 1} only for M <= 8: a 16-token slice of 2048 k leaves no room for two stages).
 struct RingShape {
-  int stage_k, row_groups, mma_warps, max_m;
+  int stage_k, row_groups, max_m;
 };
-constexpr RingShape kShapes[] = {{1024, 1, 8, 32}, {2048, 1, 8, 8}, {1024, 2, 8, 32}, {1024, 1, 4, 8}};
+constexpr RingShape kShapes[] = {{1024, 1, 32}, {2048, 1, 8}, {1024, 2, 32}};
 
 template <class T>
 cudaError_t launch_shape(const SmallMRingParams& p, int grid, cudaStream_t stream) {
-  if (p.mma_warps == 4) return launch_t<T, 1024, 1, 1, 4>(p, grid, stream);
   if (p.stage_k == 1024 && p.row_groups == 1) return launch_nt<T, 1024, 1>(p, grid, stream);
   if (p.stage_k == 1024 && p.row_groups == 2) return launch_nt<T, 1024, 2>(p, grid, stream);
-  return launch_t<T, 2048, 1, 1, 8>(p, grid, stream);
+  return launch_t<T, 2048, 1, 1>(p, grid, stream);
 }
 
 }  // namespace
@@ -394,39 +380,20 @@ int small_m_ring_grid(int n, int k, int stage_k, int sms, int row_groups) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, total)));
 }
 
-int small_m_ring_max_stages(int m, int stage_k, int row_groups, int mma_warps) {
+int small_m_ring_max_stages(int m, int stage_k, int row_groups) {
   int s = 0;
-  while (smem_bytes(s + 1, m, stage_k, row_groups, mma_warps) <= max_smem(mma_warps)) ++s;
+  while (smem_bytes(s + 1, m, stage_k, row_groups) <= kMaxSmem) ++s;
   return s;
 }
 
-bool small_m_ring_shape_supported(int m, int stage_k, int row_groups, int mma_warps) {
+bool small_m_ring_shape_supported(int m, int stage_k, int row_groups) {
   if (m < 1) return false;
   for (const RingShape& sh : kShapes)
-    if (sh.stage_k == stage_k && sh.row_groups == row_groups && sh.mma_warps == mma_warps)
-      return m <= sh.max_m;
+    if (sh.stage_k == stage_k && sh.row_groups == row_groups) return m <= sh.max_m;
   return false;
 }
 
 int small_m_ring_max_gated_m(int stage_k) { return max_gated_m(stage_k); }
-
-namespace {
-template <class T>
-int slim_ctas_per_sm(int m, int stages) {
-  auto kernel = small_m_ring_kernel<T, 1024, 1, 1, 4>;
-  int blocks = 0;
-  if (opt_in_shared_memory(kernel, static_cast<int>(kSlimMaxSmem)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads_of(4),
-                                                    smem_bytes(stages, m, 1024, 1, 4)) !=
-          cudaSuccess)
-    return -1;
-  return blocks;
-}
-}  // namespace
-
-int small_m_ring_slim_ctas_per_sm(int m, int stages, bool bf16) {
-  return bf16 ? slim_ctas_per_sm<__nv_bfloat16>(m, stages) : slim_ctas_per_sm<__half>(m, stages);
-}
 
 size_t small_m_ring_partial_bytes(int m, int grid, int row_groups) {
   return size_t(grid) * 2 * m * kRows * row_groups * sizeof(float);
@@ -434,10 +401,10 @@ size_t small_m_ring_partial_bytes(int m, int grid, int row_groups) {
 
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream) {
-  if (!small_m_ring_shape_supported(p.m, p.stage_k, p.row_groups, p.mma_warps) ||
+  if (!small_m_ring_shape_supported(p.m, p.stage_k, p.row_groups) ||
       ((p.gated || p.rms) && p.m > max_gated_m(p.stage_k)) || (p.gated && p.rms) ||
       p.stages < 1 ||
-      smem_bytes(p.stages, p.m, p.stage_k, p.row_groups, p.mma_warps) > max_smem(p.mma_warps))
+      smem_bytes(p.stages, p.m, p.stage_k, p.row_groups) > kMaxSmem)
     return cudaErrorInvalidValue;
   return bf16 ? launch_shape<__nv_bfloat16>(p, grid, stream)
               : launch_shape<__half>(p, grid, stream);

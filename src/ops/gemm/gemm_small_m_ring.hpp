@@ -31,7 +31,6 @@ struct SmallMRingParams {
   int row_groups;     // 16-row groups per stage (a slab is 16 · row_groups weight rows)
   int stages;         // ring depth, 1 <= stages <= small_m_ring_max_stages(m, stage_k, row_groups)
   int slab_runs;      // small_m_ring_slab_runs: each CTA's run is whole slabs
-  int mma_warps = 8;  // 8, or 4: the co-resident shape (two CTAs per SM; 16 rows x 1024 k, M <= 8)
   float* partials;    // [grid][2][m][16 · row_groups]: the CTAs' partial column slabs
   unsigned* tickets;  // [small_m_ring_slabs(n, row_groups)], zero between launches
 };
@@ -67,11 +66,10 @@ struct SmallMRingSplit {
 // Column slabs (16 · row_groups weight rows: the unit whose partial sums are combined across
 // CTAs).
 int small_m_ring_slabs(int n, int row_groups = 1);
-// The deepest ring that fits in shared memory for m tokens (0 if not even one stage does): the
-// opt-in maximum with 8 MMA warps, half an SM with 4 (two CTAs per SM).
-int small_m_ring_max_stages(int m, int stage_k, int row_groups = 1, int mma_warps = 8);
-// Whether the kernel is built for this stage shape, MMA warp count and token count.
-bool small_m_ring_shape_supported(int m, int stage_k, int row_groups, int mma_warps = 8);
+// The deepest ring that fits in shared memory for m tokens (0 if not even one stage does).
+int small_m_ring_max_stages(int m, int stage_k, int row_groups = 1);
+// Whether the kernel is built for this stage shape and token count.
+bool small_m_ring_shape_supported(int m, int stage_k, int row_groups);
 // The most tokens the SwiGLU-fused (gated) and RMSNorm-fused (rms) variants take.
 int small_m_ring_max_gated_m(int stage_k);
 // Whether CTAs take whole slabs (SmallMRingSplit::unit = ksn) for an n-row weight on `sms`
@@ -83,9 +81,6 @@ int small_m_ring_max_gated_m(int stage_k);
 bool small_m_ring_slab_runs(int n, int sms, int row_groups = 1);
 // The grid (CTAs) for an (n, k) problem on `sms` SMs.
 int small_m_ring_grid(int n, int k, int stage_k, int sms, int row_groups = 1);
-// CTAs of the slim (4 MMA warps) kernel that fit on one SM of the current device for m tokens
-// and `stages` stages (-1 on a CUDA error): 2 is its purpose.
-int small_m_ring_slim_ctas_per_sm(int m, int stages, bool bf16);
 size_t small_m_ring_partial_bytes(int m, int grid, int row_groups = 1);
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream);
