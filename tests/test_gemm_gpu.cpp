@@ -59,6 +59,7 @@ struct Case {
   bool shared_a = false, shared_b = false;
   int64_t batch_pad = 0;        // extra elements between batches of a, b, d
   bool repeat_bitwise = false;  // run twice on the same inputs: the same bits
+  bool a_km = false;  // a stored transposed, (K, M) (ALayout::km); pitch M rounded up to 8
 };
 
 std::string describe(const Case& c) {
@@ -74,7 +75,8 @@ std::string describe(const Case& c) {
          (c.batch
               ? " batch=" + std::to_string(c.batch) + (c.shared_a ? " shared_a" : "") +
                     (c.shared_b ? " shared_b" : "") + " batch_pad=" + std::to_string(c.batch_pad)
-              : "");
+              : "") +
+         (c.a_km ? " A(K,M)" : "");
 }
 
 // (batch, rows, cols) with rows `pitch` apart and batches `rows*pitch + batch_pad` apart;
@@ -98,9 +100,20 @@ class GemmGpu : public GpuTest {
     std::vector<double> a = rng().uniform(static_cast<size_t>((La ? La : 1) * c.m * c.k), -1, 1);
     std::vector<double> b =
         rng().uniform(static_cast<size_t>((Lb ? Lb : 1) * b_rows * b_cols), -1, 1);
-    DeviceTensor da = alloc_batched(c.in, La, c.m, c.k, c.k + c.pitch_pad, c.batch_pad);
+    DeviceTensor da;
+    if (c.a_km) {  // the same logical A, stored (K, M): at[(l, p, i)] = a[(l, i, p)]
+      std::vector<double> at(a.size());
+      for (int64_t l = 0; l < (La ? La : 1); ++l)
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t p = 0; p < c.k; ++p)
+            at[(l * c.k + p) * c.m + i] = a[(l * c.m + i) * c.k + p];
+      da = alloc_batched(c.in, La, c.k, c.m, (c.m + 7) / 8 * 8 + c.pitch_pad, c.batch_pad);
+      upload_values(da, at);
+    } else {
+      da = alloc_batched(c.in, La, c.m, c.k, c.k + c.pitch_pad, c.batch_pad);
+      upload_values(da, a);
+    }
     DeviceTensor db = alloc_batched(c.in, Lb, b_rows, b_cols, b_cols + c.pitch_pad, c.batch_pad);
-    upload_values(da, a);
     upload_values(db, b);
     DeviceTensor dd = alloc_batched(c.out, c.batch, c.m, c.n, c.n, c.batch_pad);
     std::vector<double> cv, bias;
@@ -109,6 +122,7 @@ class GemmGpu : public GpuTest {
     opt.alpha = c.alpha;
     opt.beta = c.beta;
     opt.b_layout = c.layout;
+    opt.a_layout = c.a_km ? ALayout::km : ALayout::mk;
     opt.activation = c.act;
     opt.split_k = c.split_k;
     if (c.bias != Bias::none) {
@@ -179,6 +193,49 @@ TEST_F(GemmGpu, SmallShapesMatchFloat64) {
           check({m, n, k, in, outs[i % 3], layout});
           ++i;
         }
+}
+
+// A stored transposed (ALayout::km: D = aᵀ·op(b), the weight-gradient form Xᵀ·dY): the
+// 128x64 kernel (+ split-K) on small and ragged shapes, the 128x256 cluster tile on a large
+// one, both B layouts, every output dtype, epilogues, pitches and batches.
+TEST_F(GemmGpu, TransposedAMatchesFloat64) {
+  const DType outs[] = {DType::bf16, DType::f32, DType::f16};
+  int i = 0;
+  for (BLayout layout : {BLayout::nk, BLayout::kn})
+    for (int64_t m : {1, 7, 127, 300})
+      for (int64_t n : {8, 136})
+        for (int64_t k : {8, 520}) {
+          Case c{m, n, k, i % 4 == 3 ? DType::f16 : DType::bf16, outs[i % 3], layout};
+          c.a_km = true;
+          check(c);
+          ++i;
+        }
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    Case big{2100, 2312, 200, DType::bf16, DType::bf16, layout};  // 128x256 clusters, ragged
+    big.a_km = true;
+    big.repeat_bitwise = true;
+    check(big);
+    Case epi{300, 136, 520, DType::f16, DType::f32, layout, 0.5f, -1.5f, /*pitch_pad=*/24};
+    epi.a_km = true;
+    epi.bias = Bias::f32;
+    epi.act = GemmActivation::gelu_tanh;
+    check(epi);
+    Case split{200, 136, 4104, DType::bf16, DType::f32, layout};  // few tiles, long K
+    split.a_km = true;
+    split.split_k = 4;
+    split.repeat_bitwise = true;
+    check(split);
+    Case res{129, 264, 72, DType::bf16, DType::bf16, layout, 1.f, 1.f, 0, /*in_place_c=*/true};
+    res.a_km = true;
+    check(res);
+    Case batched{130, 72, 136, DType::bf16, DType::bf16, layout};
+    batched.a_km = true;
+    batched.batch = 3;
+    batched.batch_pad = 8;
+    check(batched);
+    batched.shared_a = true;
+    check(batched);
+  }
 }
 
 TEST_F(GemmGpu, AlphaBetaWithC) {
@@ -615,6 +672,17 @@ TEST(GemmErrors, RejectsBadArguments) {
   bad_act.activation = static_cast<GemmActivation>(9);
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
                fake(DType::bf16, {16, 16}), bad_act, "activation", "9");
+  GemmOptions bad_a;
+  bad_a.a_layout = static_cast<ALayout>(3);
+  expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),
+               fake(DType::bf16, {16, 16}), bad_a, "a_layout", "3");
+  // a_layout km: a is (K, M); K taken from its rows
+  GemmOptions km;
+  km.a_layout = ALayout::km;
+  expect_error(fake(DType::bf16, {32, 16}), fake(DType::bf16, {24, 16}),
+               fake(DType::bf16, {16, 24}), km, "b", "K = 32 (a's rows");
+  expect_error(fake(DType::bf16, {16, 40}), fake(DType::bf16, {24, 16}),
+               fake(DType::bf16, {16, 24}), km, "d", "(40, 24)");
   GemmOptions bad_split;
   bad_split.split_k = -2;
   expect_error(fake(DType::bf16, {16, 16}), fake(DType::bf16, {16, 16}),

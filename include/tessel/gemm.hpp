@@ -3,7 +3,8 @@
 //
 //   D = act(alpha · A·B + bias) + beta · C
 //
-//   a    : (M, K) row-major, bf16 or f16
+//   a    : (M, K) row-major, bf16 or f16 (ALayout::mk, the default), or (K, M) row-major
+//          (ALayout::km: D = aᵀ·B without a transpose pass, e.g. a weight gradient Xᵀ·dY)
 //   b    : (N, K) row-major (BLayout::nk, the nn.Linear weight layout; the default)
 //          or (K, N) row-major (BLayout::kn); same dtype as a
 //   d    : (M, N) row-major, f32, f16 or bf16
@@ -39,6 +40,11 @@ enum class BLayout : int32_t {
   kn = 1,  // b is (K, N) row-major: D = A · b
 };
 
+enum class ALayout : int32_t {
+  mk = 0,  // a is (M, K) row-major
+  km = 1,  // a is (K, M) row-major: D = aᵀ · op(b) (read MN-major; no transpose pass)
+};
+
 enum class GemmActivation : int32_t {
   none = 0,
   relu = 1,
@@ -53,6 +59,7 @@ struct GemmOptions {
   float beta = 0.f;
   const Tensor* c = nullptr;
   BLayout b_layout = BLayout::nk;
+  ALayout a_layout = ALayout::mk;
   const Tensor* bias = nullptr;
   GemmActivation activation = GemmActivation::none;
   // K slices summed by a deterministic in-kernel reduction: 0 = automatic (used for small
@@ -65,7 +72,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& d, cudaStream_t stream,
           const GemmOptions& opt = {});
 
 // Strided batched GEMM: D[i] = act(alpha · A[i]·B[i] + bias) + beta · C[i], i < batch.
-//   a : (batch, M, K), or (M, K) shared by every batch
+//   a : (batch, M, K), or (M, K) shared by every batch ((…, K, M) with ALayout::km)
 //   b : (batch, N, K) / (batch, K, N) per b_layout, or 2-D shared by every batch
 //   d : (batch, M, N);  c : (batch, M, N) like d;  bias : (N,) shared by every batch
 // Last stride 1; row pitches and batch strides multiples of 8 elements (any order in memory;

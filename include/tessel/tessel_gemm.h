@@ -2,7 +2,8 @@
  *
  *   D = act(alpha · A·B + bias) + beta · C
  *
- * tessel_gemm: a (M, K), b (N, K) [b_layout NK] or (K, N) [KN], d (M, N), c like d.
+ * tessel_gemm: a (M, K) [a_layout MK] or (K, M) [KM], b (N, K) [b_layout NK] or (K, N) [KN],
+ *              d (M, N), c like d.
  * tessel_bmm:  a (batch, M, K) or (M, K) shared; b (batch, ...) or 2-D shared; d, c (batch, M, N).
  * bf16/f16 inputs, f32/f16/bf16 output; bias (N,) f32 or d's dtype; N, K multiples of 8.
  * Pass options = NULL for the defaults (alpha 1, beta 0, no c, B (N,K), no bias, no
@@ -24,6 +25,11 @@ typedef enum tessel_gemm_b_layout_t {
   TESSEL_GEMM_B_KN = 1  /* b is (K, N) row-major: D = A · b */
 } tessel_gemm_b_layout_t;
 
+typedef enum tessel_gemm_a_layout_t {
+  TESSEL_GEMM_A_MK = 0, /* a is (M, K) row-major */
+  TESSEL_GEMM_A_KM = 1  /* a is (K, M) row-major: D = aᵀ · op(b) */
+} tessel_gemm_a_layout_t;
+
 typedef enum tessel_gemm_activation_t {
   TESSEL_GEMM_ACT_NONE = 0,
   TESSEL_GEMM_ACT_RELU = 1,
@@ -40,7 +46,7 @@ typedef struct tessel_gemm_options_t {
   int32_t b_layout;            /* tessel_gemm_b_layout_t */
   int32_t activation;          /* tessel_gemm_activation_t */
   int32_t split_k;             /* 0 automatic, 1 never, S > 1 slices (deterministic) */
-  int32_t reserved;            /* 0 */
+  int32_t a_layout;            /* tessel_gemm_a_layout_t (0, the former reserved field: MK) */
 } tessel_gemm_options_t;
 
 /* Fills the defaults. */

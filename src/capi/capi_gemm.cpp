@@ -11,13 +11,15 @@ tessel_status_t gemm_call(const char* op, bool batched, const tessel_tensor_t* a
                           const tessel_tensor_t* b, const tessel_tensor_t* d,
                           const tessel_gemm_options_t* o, void* stream) {
   return guarded([&] {
-    tessel::Tensor ta = to_tensor(a, op, "a"), tb = to_tensor(b, op, "b"), td = to_tensor(d, op, "d");
+    tessel::Tensor ta = to_tensor(a, op, "a"), tb = to_tensor(b, op, "b"),
+                   td = to_tensor(d, op, "d");
     tessel::GemmOptions opt;
     tessel::Tensor tc, tbias;
     if (o != nullptr) {
       opt.alpha = o->alpha;
       opt.beta = o->beta;
       opt.b_layout = static_cast<tessel::BLayout>(o->b_layout);
+      opt.a_layout = static_cast<tessel::ALayout>(o->a_layout);
       opt.activation = static_cast<tessel::GemmActivation>(o->activation);
       opt.split_k = o->split_k;
       if (o->c != nullptr) {
@@ -29,8 +31,10 @@ tessel_status_t gemm_call(const char* op, bool batched, const tessel_tensor_t* a
         opt.bias = &tbias;
       }
     }
-    if (batched) tessel::bmm(ta, tb, td, as_stream(stream), opt);
-    else tessel::gemm(ta, tb, td, as_stream(stream), opt);
+    if (batched)
+      tessel::bmm(ta, tb, td, as_stream(stream), opt);
+    else
+      tessel::gemm(ta, tb, td, as_stream(stream), opt);
   });
 }
 

@@ -29,6 +29,10 @@ def test_gemm_options():
     a, b, d = CudaArray((16, 32), "<f2"), CudaArray((24, 32), "<f2"), CudaArray((16, 24), "<f2")
     with raises_arg("tessel::gemm", "'b_layout'"):
         tessel.gemm(a, b, d, b_layout="nn")
+    with raises_arg("tessel::gemm", "'a_layout'"):
+        tessel.gemm(a, b, d, a_layout="mn")
+    with raises_arg("tessel::gemm", "'b'", "K = 16 (a's rows"):  # a (K, M) = (16, 32)
+        tessel.gemm(a, b, CudaArray((32, 24), "<f2"), a_layout="km")
     with raises_arg("tessel::gemm", "'activation'"):
         tessel.gemm(a, b, d, activation="tanh")
     with raises_arg("tessel::gemm", "'bias'", "(24,)"):

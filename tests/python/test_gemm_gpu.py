@@ -61,6 +61,15 @@ def test_gemm_kn_split_k_deterministic():
     close(d1, a.double() @ b.double(), 1e-5)
 
 
+def test_gemm_transposed_a():
+    # d = x.T @ dy: the weight-gradient form, a stored (K, M), b (K, N) ("kn")
+    x = torch.randn(520, 264, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(520, 136, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(264, 136, device="cuda", dtype=torch.float32)
+    tessel.gemm(x, dy, d, b_layout="kn", a_layout="km")
+    close(d, x.double().T @ dy.double(), 1e-5)
+
+
 def test_bmm_shared_weight():
     a = torch.randn(4, 130, 136, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(72, 136, device="cuda", dtype=torch.bfloat16)

@@ -204,8 +204,8 @@ std::string plan_name(const Plan& p) {
          std::to_string(p.group);
 }
 
-std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, int sms,
-                                 double l2_bytes, const Plan& fallback) {
+std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, bool kn, bool at,
+                                 int sms, double l2_bytes, const Plan& fallback) {
   struct Shape {
     int cfg, bm, bn, cm, cn;
     bool splits, nk_only;
@@ -231,6 +231,7 @@ std::vector<int> tune_candidates(int64_t M, int64_t N, int64_t K, int64_t L, boo
   const bool many_waves = cdiv(M, 128) * cdiv(N, 128) * L >= 2 * int64_t{sms};
   for (const Shape& s : shapes) {
     if (kn && s.nk_only) continue;
+    if (at && s.cfg != kBig && s.cfg != kSmall) continue;  // the transposed-A kernels built
     if (many_waves && s.bm * s.bn < 128 * 128) continue;
     const int64_t slots = std::max(1, sms / (s.cm * s.cn));
     const int64_t units = cdiv(M, int64_t{s.bm} * s.cm) * cdiv(N, int64_t{s.bn} * s.cn) * L;
@@ -329,6 +330,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
                cudaStream_t stream, const GemmOptions& opt) {
   detail::OpCheck chk(op);
   const bool kn = opt.b_layout == BLayout::kn;
+  const bool at = opt.a_layout == ALayout::km;
   const Tensor* c = opt.beta != 0.f ? opt.c : nullptr;
   // dtype
   chk.dtype_in("a", a, {DType::bf16, DType::f16});
@@ -345,6 +347,8 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   }
   if (opt.b_layout != BLayout::nk && opt.b_layout != BLayout::kn)
     chk.fail("b_layout", "nk (0) or kn (1)", std::to_string(static_cast<int>(opt.b_layout)));
+  if (opt.a_layout != ALayout::mk && opt.a_layout != ALayout::km)
+    chk.fail("a_layout", "mk (0) or km (1)", std::to_string(static_cast<int>(opt.a_layout)));
   if (static_cast<int>(opt.activation) < 0 || static_cast<int>(opt.activation) > 4)
     chk.fail("activation", "none/relu/gelu_tanh/gelu/silu (0..4)",
              std::to_string(static_cast<int>(opt.activation)));
@@ -356,7 +360,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   chk.rank_in("d", d, batched ? 3 : 2, batched ? 3 : 2);
   if (c) chk.rank_in("c", *c, d.ndim, d.ndim);
   const int64_t L = batched ? d.shape[0] : 1;
-  const int64_t M = a.shape[a.ndim - 2], K = a.shape[a.ndim - 1];
+  const int64_t M = a.shape[a.ndim - (at ? 1 : 2)], K = a.shape[a.ndim - (at ? 2 : 1)];
   const int64_t N = kn ? b.shape[b.ndim - 1] : b.shape[b.ndim - 2];
   const int64_t Kb = kn ? b.shape[b.ndim - 2] : b.shape[b.ndim - 1];
   if (batched && a.ndim == 3 && a.shape[0] != L)
@@ -366,7 +370,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   if (Kb != K)
     chk.fail("b",
              std::string(kn ? "(K, N) with K = " : "(N, K) with K = ") + std::to_string(K) +
-                 " (a's columns)",
+                 (at ? " (a's rows, a_layout km)" : " (a's columns)"),
              b.shape_string());
   if (d.shape[d.ndim - 2] != M || d.shape[d.ndim - 1] != N)
     chk.fail("d",
@@ -404,7 +408,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
 
 #ifdef TESSEL_GEMM_HAVE_SMALL_M
   // (It implements alpha/beta/C only: fused bias / activation stay on the kernel below.)
-  if (!batched && M <= 32 && K > 0 && opt.bias == nullptr &&
+  if (!batched && !at && M <= 32 && K > 0 && opt.bias == nullptr &&
       detail::gemm_small_m_preferred(M, N, kn, detail::current_sm_count()) &&
       opt.activation == GemmActivation::none && detail::gemm_small_m(a, b, d, opt, stream))
     return;
@@ -445,6 +449,14 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
   const int sms = detail::current_sm_count();
   const bool forced = g_force_cfg >= 0 || g_force_splits > 0 || g_force_group > 0;
   Plan pl = plan_for(M, N, K, L, kn, opt.split_k, sms);
+  if (at && pl.cfg != kBig) {  // transposed A: 128x256 clusters or 128x64 (+ split-K) only
+    if (pl.cfg != kSmall && opt.split_k < 1)
+      pl.splits = static_cast<int>(std::clamp<int64_t>(
+          std::min<int64_t>(sms / std::max<int64_t>(1, cdiv(M, 128) * cdiv(N, 64) * L),
+                            cdiv(K, 64) / 16),
+          1, 16));
+    pl.cfg = kSmall;
+  }
   if (g_force_cfg >= 0) pl.cfg = g_force_cfg;
   if (g_force_splits > 0)
     pl.splits = static_cast<int>(std::min<int64_t>(g_force_splits, cdiv(K, 64)));
@@ -492,7 +504,10 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
       throw Error(TESSEL_ERROR_CUDA, std::string("tessel::") + op +
                                          ": cuTensorMapEncodeTiled failed (CUresult " +
                                          std::to_string(static_cast<int>(cr)) + ")");
-    if (a.dtype == DType::bf16)
+    if (at)
+      (a.dtype == DType::bf16 ? gemm_detail::run_at_bf16 : gemm_detail::run_at_f16)(
+          plan.cfg, kn, ops, tma_d, q, sms, stream);
+    else if (a.dtype == DType::bf16)
       gemm_detail::run_bf16(plan.cfg, kn, ops, tma_d, q, sms, stream);
     else
       gemm_detail::run_f16(plan.cfg, kn, ops, tma_d, q, sms, stream);
@@ -508,10 +523,17 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
     // The epilogue is part of the key: a residual or an activation changes the best tile.
     const int epi =
         (opt.bias ? 1 : 0) | (opt.activation != GemmActivation::none ? 2 : 0) | (c ? 4 : 0);
-    using MemoKey = std::tuple<int, int, int, bool, int64_t, int64_t, int64_t, int64_t, int>;
+    using MemoKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int>;
     static std::mutex memo_mu;
     static std::map<MemoKey, int> memo;
-    const MemoKey mk{dev, static_cast<int>(a.dtype), static_cast<int>(d.dtype), kn, M, N, K, L,
+    const MemoKey mk{dev,
+                     static_cast<int>(a.dtype),
+                     static_cast<int>(d.dtype),
+                     (kn ? 1 : 0) | (at ? 2 : 0),
+                     M,
+                     N,
+                     K,
+                     L,
                      epi};
     int id = -1;
     {
@@ -519,7 +541,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
       if (auto it = memo.find(mk); it != memo.end()) id = it->second;
     }
     if (id < 0) {
-      const std::string layout = std::string(kn ? "kn" : "nk") +
+      const std::string layout = std::string(at ? "km-" : "") + (kn ? "kn" : "nk") +
                                  (L > 1 ? "-b" + std::to_string(autotune::bucket(L)) : "") +
                                  (epi & 1 ? "+bias" : "") + (epi & 2 ? "+act" : "") +
                                  (epi & 4 ? "+c" : "");
@@ -555,7 +577,7 @@ void gemm_impl(const char* op, bool batched, const Tensor& a, const Tensor& b, T
         return 0.5 * (tb[1] + tb[2]) < (1.0 - kStickToPlan) * 0.5 * (tp[1] + tp[2]) ? best : plan;
       };
       id = autotune::select_for_stream(stream, key,
-                                       tune_candidates(M, N, K, L, kn, sms, l2_bytes(), pl),
+                                       tune_candidates(M, N, K, L, kn, at, sms, l2_bytes(), pl),
                                        fallback, measure, confirm);
       if (!detail::stream_capturing(stream)) {
         std::lock_guard<std::mutex> lock(memo_mu);

@@ -32,10 +32,14 @@ using namespace tessel::tile::sm90;
 
 // ClusterM > 1: CTAs stacked along M share (multicast) each B tile; ClusterN > 1: CTAs side
 // by side along N share each A tile (small M, where every CTA would re-read the same A).
-template <class T_, Major MB_, int BM_, int BN_, int BK_, int Stages_, int ClusterM_, int ClusterN_ = 1>
+// MA = MN: A is stored transposed, (K, M) row-major (WGMMA reads it MN-major from shared
+// memory; no transpose pass).
+template <class T_, Major MB_, int BM_, int BN_, int BK_, int Stages_, int ClusterM_,
+          int ClusterN_ = 1, Major MA_ = Major::K>
 struct GemmConfig {
   using T = T_;
   static constexpr Major MB = MB_;
+  static constexpr Major MA = MA_;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_, ClusterM = ClusterM_,
                        ClusterN = ClusterN_, ClusterSize = ClusterM_ * ClusterN_;
   static_assert(ClusterM == 1 || ClusterN == 1, "one multicast direction");
@@ -45,9 +49,9 @@ struct GemmConfig {
   // With ClusterN the CTAs of a cluster take the same K slice of side-by-side tiles, each
   // reducing its own tile.
   static constexpr bool SplitK = BN <= 128 && ClusterM == 1;
-  using SmemA = SmemLayout<T, Major::K, BM, BK, Stages>;
+  using SmemA = SmemLayout<T, MA, BM, BK, Stages>;
   using SmemB = SmemLayout<T, MB, BN, BK, Stages>;
-  using Mma = typename WgmmaTiled<T, MB, BM, BN, BK, Consumers>::TiledMma;
+  using Mma = typename WgmmaTiled<T, MB, BM, BN, BK, Consumers, MA>::TiledMma;
   using Pipeline = TmaPipeline<Stages>;
   struct Smem {
     alignas(1024) T a[cute::cosize_v<SmemA>];
@@ -132,10 +136,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         for (int k = kb0; k < kb1; ++k) {
           pipe.producer_acquire(st);
           auto* bar = pipe.producer_get_barrier(st);
-          if constexpr (CN > 1) copy(tma_a.with(*bar, kAllCtas), gA(_, m_tile, k, la), dA(_, st.index()));
-          else copy(tma_a.with(*bar), gA(_, m_tile, k, la), dA(_, st.index()));
-          if constexpr (CM > 1) copy(tma_b.with(*bar, kAllCtas), gB(_, n_tile, k, lb), dB(_, st.index()));
-          else copy(tma_b.with(*bar), gB(_, n_tile, k, lb), dB(_, st.index()));
+          if constexpr (CN > 1)
+            copy(tma_a.with(*bar, kAllCtas), gA(_, m_tile, k, la), dA(_, st.index()));
+          else
+            copy(tma_a.with(*bar), gA(_, m_tile, k, la), dA(_, st.index()));
+          if constexpr (CM > 1)
+            copy(tma_b.with(*bar, kAllCtas), gB(_, n_tile, k, lb), dB(_, st.index()));
+          else
+            copy(tma_b.with(*bar), gB(_, n_tile, k, lb), dB(_, st.index()));
           ++st;
         }
       }
@@ -195,7 +203,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
           float4* mine = ws + tc.split * (kTile / 4);
           CUTE_UNROLL
           for (int v = 0; v < V; ++v)
-            __stcg(mine + v * CT + ctid, make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
+            __stcg(mine + v * CT + ctid,
+                   make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
           __threadfence();
           asm volatile("bar.sync %0, %1;" ::"n"(kConsumersBarrier), "n"(CT) : "memory");
           if (ctid == 0) {
@@ -213,22 +222,29 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
             if (s == tc.split) {
               CUTE_UNROLL
               for (int v = 0; v < V; ++v) {
-                sum[v].x += acc(4 * v); sum[v].y += acc(4 * v + 1);
-                sum[v].z += acc(4 * v + 2); sum[v].w += acc(4 * v + 3);
+                sum[v].x += acc(4 * v);
+                sum[v].y += acc(4 * v + 1);
+                sum[v].z += acc(4 * v + 2);
+                sum[v].w += acc(4 * v + 3);
               }
             } else {
               const float4* src = ws + s * (kTile / 4);
               CUTE_UNROLL
               for (int v = 0; v < V; ++v) {
                 const float4 q = __ldcg(src + v * CT + ctid);
-                sum[v].x += q.x; sum[v].y += q.y; sum[v].z += q.z; sum[v].w += q.w;
+                sum[v].x += q.x;
+                sum[v].y += q.y;
+                sum[v].z += q.z;
+                sum[v].w += q.w;
               }
             }
           }
           CUTE_UNROLL
           for (int v = 0; v < V; ++v) {
-            acc(4 * v) = sum[v].x; acc(4 * v + 1) = sum[v].y;
-            acc(4 * v + 2) = sum[v].z; acc(4 * v + 3) = sum[v].w;
+            acc(4 * v) = sum[v].x;
+            acc(4 * v + 1) = sum[v].y;
+            acc(4 * v + 2) = sum[v].z;
+            acc(4 * v + 3) = sum[v].w;
           }
           warpgroup_fence_operand(acc);
         }
@@ -269,10 +285,10 @@ cudaError_t launch_gemm(const GemmOperands& ops, const CUtensorMap& tma_d, GemmP
   p.a_batched = p.batches > 1 && ops.batch_a != 0;
   p.b_batched = p.batches > 1 && ops.batch_b != 0;
   // Batch strides of unbatched operands only need to be valid TMA strides.
-  const int64_t bsa = p.a_batched ? ops.batch_a : ops.lda * p.m;
+  const int64_t bsa = p.a_batched ? ops.batch_a : ops.lda * (Cfg::MA == Major::K ? p.m : p.k);
   const int64_t bsb = p.b_batched ? ops.batch_b : ops.ldb * (Cfg::MB == Major::K ? p.n : p.k);
-  auto gA = gmem_operand<Major::K>(static_cast<const T*>(ops.a), p.m, p.k, ops.lda,
-                                   p.a_batched ? p.batches : 1, bsa);
+  auto gA = gmem_operand<Cfg::MA>(static_cast<const T*>(ops.a), p.m, p.k, ops.lda,
+                                  p.a_batched ? p.batches : 1, bsa);
   auto gB = gmem_operand<Cfg::MB>(static_cast<const T*>(ops.b), p.n, p.k, ops.ldb,
                                   p.b_batched ? p.batches : 1, bsb);
   auto tma_a = make_tma_load<CN>(gA, typename Cfg::SmemA{});

@@ -14,12 +14,12 @@ namespace tessel::gemm_detail {
 // 128x256 tiles in clusters of 2 along M (B multicast) when they fill the machine; else
 // 128x128 or 128x64 tiles, with split-K when even those leave SMs idle. Stages fill ~192 KB;
 // the output staging boxes take 32 KB more.
-template <class T, Major MB>
-using BigTile = GemmConfig<T, MB, 128, 256, 64, 4, 2>;
+template <class T, Major MB, Major MA = Major::K>
+using BigTile = GemmConfig<T, MB, 128, 256, 64, 4, 2, 1, MA>;
 template <class T, Major MB>
 using MidTile = GemmConfig<T, MB, 128, 128, 64, 6, 1>;
-template <class T, Major MB>
-using SmallTile = GemmConfig<T, MB, 128, 64, 64, 8, 1>;
+template <class T, Major MB, Major MA = Major::K>
+using SmallTile = GemmConfig<T, MB, 128, 64, 64, 8, 1, 1, MA>;
 
 // 128x64 tiles in clusters of 2 along N (A multicast), with split-K: small M, where every
 // CTA would otherwise re-read the whole A panel through L2 (docs/gemm.md, log step 8).
@@ -136,8 +136,31 @@ void run_typed(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma
   }
 }
 
+// A transposed (stored (K, M), MN-major in shared memory): the 128x256 cluster tile (kBig)
+// or, for every other config, 128x64 with split-K (gemm_at_bf16.cu, gemm_at_f16.cu: their own
+// translation units, compiled in parallel with the others).
+template <class T>
+void run_typed_at(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma_d,
+                  const GemmParams& p, int sms, cudaStream_t stream) {
+  if (cfg == kBig) {
+    if (kn)
+      launch<BigTile<T, Major::MN, Major::MN>>(ops, tma_d, p, sms, stream);
+    else
+      launch<BigTile<T, Major::K, Major::MN>>(ops, tma_d, p, sms, stream);
+  } else {
+    if (kn)
+      launch<SmallTile<T, Major::MN, Major::MN>>(ops, tma_d, p, sms, stream);
+    else
+      launch<SmallTile<T, Major::K, Major::MN>>(ops, tma_d, p, sms, stream);
+  }
+}
+
 void run_bf16(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma_d,
               const GemmParams& p, int sms, cudaStream_t stream);
+void run_at_bf16(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma_d,
+                 const GemmParams& p, int sms, cudaStream_t stream);
+void run_at_f16(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma_d,
+                const GemmParams& p, int sms, cudaStream_t stream);
 void run_f16(int cfg, bool kn, const GemmOperands& ops, const CUtensorMap& tma_d,
              const GemmParams& p, int sms, cudaStream_t stream);
 

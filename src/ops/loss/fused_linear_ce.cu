@@ -5,12 +5,13 @@
 //   L        = gemm(hidden[r0:r0+n], weight)                  (n, V)   logits, hidden's dtype
 //   L        = CE(L) in place                                 loss rows + dlogits (scaled)
 //   dhidden[r0:r0+n] = gemm(L, weight, BLayout::kn)            (n, H)   written directly
-//   Lᵀ       = transpose(L[0:n_pad])                           (V, n_pad), pad rows zero
-//   dweight  = gemm(Lᵀ, hidden_pad[0:n_pad], kn) + (chunk > 0 ? dweight : 0)   f32 accumulate
+//   dweight  = gemm(L[0:n_pad]ᵀ, hidden_pad[0:n_pad], a_layout km, kn)
+//              + (chunk > 0 ? dweight : 0)                    f32 accumulate, pad rows zero
 // The count of non-ignored targets (for mean) is taken once, before the first chunk, so every
 // chunk's dlogits carry the final 1/count. Bytes per chunk beyond the GEMMs' operands:
-// L written once by the GEMM, read once + written once by CE, read twice (dhidden GEMM,
-// transpose), Lᵀ written once and read once by the dweight GEMM.
+// L written once by the GEMM, read once + written once by CE, read once by each gradient
+// GEMM (the dweight GEMM reads L MN-major: no transposed copy, so one slab of logits per chunk
+// and, for N = 4096 x V = 128256 bf16, one chunk: dweight is written once, never re-read).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -93,12 +94,11 @@ void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, cons
 
   const DType dt = hidden.dtype;
   const size_t es = dtype_size(dt);
-  // Default chunk: as many rows as keep the logits slabs (L, and Lᵀ with dweight) within 1 GiB,
-  // at least 1024, in multiples of 128. Each chunk after the first re-reads and re-writes the
-  // whole f32 dweight (V x H x 4 bytes, 2.1 GB for Llama-3's 128256 x 4096): fewer chunks, less
-  // of that traffic (4096 x 4096 x 128256 bf16 on the H100: 1024-row chunks 521 TFLOP/s).
-  const int64_t slabs = dweight != nullptr ? 2 : 1;
-  const int64_t budget_rows = (int64_t{1} << 30) / std::max<int64_t>(1, v * int64_t(es) * slabs);
+  // Default chunk: as many rows as keep the logits slab within 1 GiB, at least 1024, in
+  // multiples of 128. Each chunk after the first re-reads and re-writes the whole f32 dweight
+  // (V x H x 4 bytes, 2.1 GB for Llama-3's 128256 x 4096): fewer chunks, less of that traffic
+  // (4096 x 4096 x 128256 bf16 on the H100: 1024-row chunks 521 TFLOP/s).
+  const int64_t budget_rows = (int64_t{1} << 30) / std::max<int64_t>(1, v * int64_t(es));
   const int64_t auto_chunk = std::min(round8(n), std::max<int64_t>(1024, budget_rows / 128 * 128));
   const int64_t chunk = opt.chunk_rows > 0 ? opt.chunk_rows : auto_chunk;
   const bool need_grad = dhidden != nullptr || dweight != nullptr;
@@ -112,7 +112,6 @@ void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, cons
   float* row_loss = count + 4;
 
   AsyncBuffer logits(size_t(chunk) * v * es, stream);
-  AsyncBuffer logits_t(dweight != nullptr ? size_t(chunk) * v * es : 0, stream);
   // A zero-padded copy of a ragged chunk's hidden rows (the dweight GEMM's K is n_pad).
   const bool ragged = dweight != nullptr && n % 8 != 0;
   AsyncBuffer hidden_pad(ragged ? size_t(chunk) * h * es : 0, stream);
@@ -167,14 +166,13 @@ void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, cons
         hp = Tensor::contiguous(hidden_pad.p, dt, {rows_pad, h});
         hb = &hp;
       }
-      const Tensor lpad = Tensor::contiguous(logits.p, dt, {rows_pad, v});
-      Tensor lt = Tensor::contiguous(logits_t.p, dt, {v, rows_pad});
-      transpose(lpad, lt, stream);
+      const Tensor lpad = Tensor::contiguous(logits.p, dt, {rows_pad, v});  // Lᵀ read MN-major
       GemmOptions go;
+      go.a_layout = ALayout::km;
       go.b_layout = BLayout::kn;
       go.beta = r0 == 0 ? 0.f : 1.f;
       go.c = r0 == 0 ? nullptr : dweight;
-      gemm(lt, *hb, *dweight, stream, go);
+      gemm(lpad, *hb, *dweight, stream, go);
     }
   }
   detail::ce_finalize(row_loss, row_loss, count, n, opt.ce.reduction, loss.data, loss.dtype,
