@@ -108,7 +108,11 @@ class GemmGpu : public GpuTest {
           for (int64_t p = 0; p < c.k; ++p)
             at[(l * c.k + p) * c.m + i] = a[(l * c.m + i) * c.k + p];
       da = alloc_batched(c.in, La, c.k, c.m, (c.m + 7) / 8 * 8 + c.pitch_pad, c.batch_pad);
-      upload_values(da, at);
+      upload_values(da, at);  // rounds at to the input dtype: the reference takes those values
+      for (int64_t l = 0; l < (La ? La : 1); ++l)
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t p = 0; p < c.k; ++p)
+            a[(l * c.m + i) * c.k + p] = at[(l * c.k + p) * c.m + i];
     } else {
       da = alloc_batched(c.in, La, c.m, c.k, c.k + c.pitch_pad, c.batch_pad);
       upload_values(da, a);
