@@ -170,7 +170,7 @@ void flce_case(SuiteContext& ctx) {
   Tensor tdh2 = Tensor::contiguous(dh2.get(), DType::bf16, {n, h});
   Record r;
   r.op = "fused_linear_cross_entropy";
-  r.case_ = "N=4096 H=4096 V=128256, loss+dhidden+dweight(f32), default chunk (2048 rows)";
+  r.case_ = "N=4096 H=4096 V=128256, loss+dhidden+dweight(f32), default chunk (logits within 1 GiB)";
   r.shape = {{"rows", n}, {"hidden", h}, {"vocab", v}};
   r.dtype = "bf16";
   r.baseline = "tessel::gemm x3 (unchunked, no CE)";
