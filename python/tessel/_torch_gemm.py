@@ -46,6 +46,19 @@ def _mm_kn(a, b):
     return torch.matmul(a.float(), b.float()).to(a.dtype)
 
 
+def _mm_tn(a, b):
+    """a.T @ b for a (..., K, M), b (..., K, N) in a's dtype (weight gradients such as
+    g.T @ x): tessel reads a transposed (a_layout "km", no transposed copy) where K, M and N
+    are multiples of 8, torch otherwise."""
+    if a.shape[-2] % 8 == 0 and a.shape[-1] % 8 == 0 and b.shape[-1] % 8 == 0:
+        d = a.new_empty((*a.shape[:-2], a.shape[-1], b.shape[-1]))
+        fn = _tessel.bmm if a.dim() == 3 else _tessel.gemm
+        # (_launch appends the stream; a_layout comes after it)
+        _launch(lambda *xs: fn(*xs, "km"), a, a, b, d, None, None, 1.0, 0.0, "kn", "none", 0)
+        return d
+    return torch.matmul(a.transpose(-1, -2).float(), b.float()).to(a.dtype)
+
+
 def _register():
     custom_op = torch.library.custom_op
 
@@ -86,7 +99,7 @@ def _register():
                 (gp,) = torch.autograd.grad(_ACTS[ctx.activation](p), p, g2.float())
             g2 = gp.to(x.dtype).contiguous()
         dx = _mm_kn(g2, w)  # g (M, N) @ w (N, K)
-        dw = _mm_kn(g2.t().contiguous(), x2)  # g.T (N, M) @ x (M, K)
+        dw = _mm_tn(g2, x2)  # g.T (N, M) @ x (M, K), g read transposed
         db = None if bias is None else g2.float().sum(0).to(ctx.bias_dtype)
         dr = g.reshape(*x.shape[:-1], n) if ctx.has_residual else None
         return dx.reshape(x.shape), dw.to(weight.dtype), db, None, dr
@@ -111,7 +124,7 @@ def _register():
         a, b = ctx.saved_tensors
         g = g.to(a.dtype).contiguous()
         da = _mm_kn(g, b.to(a.dtype).transpose(1, 2).contiguous())  # g (M, N) @ b.T (N, K)
-        db = _mm_kn(a.transpose(1, 2).contiguous(), g)  # a.T (K, M) @ g (M, N)
+        db = _mm_tn(a, g)  # a.T (K, M) @ g (M, N), a read transposed
         return da, db.to(b.dtype)
 
     bmm.register_autograd(bmm_grad, setup_context=bmm_setup)

@@ -96,3 +96,24 @@ def test_torch_linear_autograd():
     a = torch.randn(3, 40, 64, device="cuda", dtype=torch.float16)
     c = torch.randn(3, 64, 48, device="cuda", dtype=torch.float16)
     close(tessel.torch_ops.bmm(a, c), a.double() @ c.double(), 5e-3)
+
+
+@pytest.mark.skipif(tessel.torch_ops is None or not hasattr(tessel.torch_ops, "linear"),
+                    reason="torch ops not registered")
+def test_torch_weight_grads_read_transposed():
+    # 64 tokens and multiples of 8 everywhere: dW = g.T @ x and bmm's db = a.T @ g take
+    # tessel's transposed-A GEMM (a_layout "km") instead of a transposed copy
+    x = torch.randn(2, 32, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    tessel.torch_ops.linear(x, w, None, "none").float().square().sum().backward()
+    x2, w2 = (t.detach().double().requires_grad_() for t in (x, w))
+    (x2 @ w2.T).square().sum().backward()
+    close(w.grad, w2.grad, 2e-2)
+    close(x.grad, x2.grad, 2e-2)
+    a = torch.randn(3, 40, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    c = torch.randn(3, 64, 48, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    tessel.torch_ops.bmm(a, c).float().square().sum().backward()
+    a2, c2 = (t.detach().double().requires_grad_() for t in (a, c))
+    (a2 @ c2).square().sum().backward()
+    close(c.grad, c2.grad, 2e-2)
+    close(a.grad, a2.grad, 2e-2)
