@@ -10,8 +10,6 @@
 // batches x tiles (a 64×64 tile of 2-byte loads per block measured 0.68 of copy bandwidth at
 // (32, 4096, 1024) bf16); anything else goes through a 64×64 shared-memory tile per block,
 // batch on grid.z. 16-bit and wider types move as such (bit-exact).
-#include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "ops/copy/transpose_tile.cuh"
@@ -39,13 +37,12 @@ struct CatTable {
   int64_t out_width;  // units per out row
   int64_t outer;
   void* out;
-  int64_t tiles;  // all entries' tiles (the persistent grid strides over them)
 };
 
 template <class U>
 __global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_constant__ CatTable tab) {
   constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
-  for (int64_t tile = blockIdx.x; tile < tab.tiles; tile += gridDim.x) {
+  const int64_t tile = blockIdx.x;
   int lo = 0, hi = tab.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -71,17 +68,6 @@ __global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_consta
       out[r * tab.out_width + e.offset + c] = v[j];
     }
   }
-  }
-}
-
-// TESSEL_CONCAT_PERSISTENT=1: a grid of resident blocks striding over the tiles instead of one
-// block per tile (A/B).
-bool concat_persistent() {
-  static const bool on = [] {
-    const char* v = std::getenv("TESSEL_CONCAT_PERSISTENT");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
 }
 
 // ---- batched transpose ---------------------------------------------------------------------
@@ -178,13 +164,8 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
     tab.out_width = wbytes / g;
     int64_t tiles = 0, offset = 0;
     auto flush = [&] {
-      tab.tiles = tiles;
-      const int64_t grid =
-          concat_persistent()
-              ? std::min<int64_t>(tiles, int64_t{detail::current_sm_count()} * (2048 / kCatThreads))
-              : tiles;
       if (tab.count > 0)
-        concat_kernel<U><<<static_cast<unsigned>(grid), kCatThreads, 0, stream>>>(tab);
+        concat_kernel<U><<<static_cast<unsigned>(tiles), kCatThreads, 0, stream>>>(tab);
       detail::check_launch("concat");
       tab.count = 0;
       tiles = 0;
