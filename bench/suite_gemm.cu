@@ -5,6 +5,8 @@
 //                     M in {128, 512, 4096, 16384} x (N, K) in {(6144,4096) qkv, (4096,4096) o,
 //                     (28672,4096) gate+up, (4096,14336) down, (128256,4096) lm_head}, B in
 //                     the nn.Linear (N, K) layout — vs cublasGemmEx (fp32 compute, default algo)
+//                     weight gradients dYᵀ·X with A stored (K, M) (ALayout::km) vs cuBLAS's
+//                     transposed A
 //   gemm_bias_gelu    bias (N,) + GELU(tanh)      vs cublasLtMatmul CUBLASLT_EPILOGUE_GELU_BIAS
 //   gemm_bias         bias                        vs cublasLtMatmul CUBLASLT_EPILOGUE_BIAS
 //   gemm_bias_residual bias + residual C (beta 1) vs cublasLtMatmul CUBLASLT_EPILOGUE_BIAS, beta 1
@@ -15,6 +17,8 @@
 // ours and the baseline are timed alternately (Timer::measure_pair).
 // Targets: 8192^3 ratio >= 1.00; every other case ratio >= 0.90. Each case is checked once
 // before timing against cuBLAS's output (|diff| <= 1e-2 + 1.6e-2 |ref| for bf16).
+#include <array>
+
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -47,6 +51,7 @@ struct GemmCase {
   const char* target;
   Epi epi = Epi::none;
   int64_t batch = 0;  // bmm when > 0
+  bool a_km = false;  // A stored (K, M) (ALayout::km; cuBLAS: the transposed operand)
 };
 
 void cublas_ok(cublasStatus_t st, const char* what) {
@@ -69,9 +74,11 @@ void cublas_gemm(cublasHandle_t h, const GemmCase& c, const void* a, const void*
               "cublasGemmStridedBatchedEx");
     return;
   }
-  cublas_ok(cublasGemmEx(h, nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(c.n), int(c.m),
-                         int(c.k), &alpha, b, t, nk ? int(c.k) : int(c.n), a, t, int(c.k), &beta, d,
-                         t, int(c.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  // A (K, M) row-major is column-major (M, K): cuBLAS transposes it.
+  cublas_ok(cublasGemmEx(h, nk ? CUBLAS_OP_T : CUBLAS_OP_N, c.a_km ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         int(c.n), int(c.m), int(c.k), &alpha, b, t, nk ? int(c.k) : int(c.n), a, t,
+                         c.a_km ? int(c.m) : int(c.k), &beta, d, t, int(c.n), CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
 }
 
@@ -147,7 +154,7 @@ std::string case_name(const GemmCase& c) {
   std::string s = std::string(c.group) + " ";
   if (c.batch) s += std::to_string(c.batch) + "x";
   return s + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
-         (c.layout == BLayout::nk ? " B(N,K)" : " B(K,N)");
+         (c.layout == BLayout::nk ? " B(N,K)" : " B(K,N)") + (c.a_km ? " A(K,M)" : "");
 }
 
 template <class T>
@@ -172,6 +179,7 @@ void run_case(SuiteContext& ctx, cublasHandle_t h, const GemmCase& c, Record& r)
   fill_any(b, nb, 2, -1.f, 1.f);
   GemmOptions opt;
   opt.b_layout = c.layout;
+  opt.a_layout = c.a_km ? ALayout::km : ALayout::mk;
   const Tensor tbias = Tensor::contiguous(nullptr, c.dtype, {c.n});
   Tensor tb_v, tr_v;
   std::unique_ptr<LtGemm> lt;
@@ -198,7 +206,8 @@ void run_case(SuiteContext& ctx, cublasHandle_t h, const GemmCase& c, Record& r)
                                  : Tensor::contiguous(b.get(), c.dtype, {L, c.k, c.n});
     td = Tensor::contiguous(d.get(), c.dtype, {L, c.m, c.n});
   } else {
-    ta = Tensor::contiguous(a.get(), c.dtype, {c.m, c.k});
+    ta = c.a_km ? Tensor::contiguous(a.get(), c.dtype, {c.k, c.m})
+                : Tensor::contiguous(a.get(), c.dtype, {c.m, c.k});
     tb = c.layout == BLayout::nk ? Tensor::contiguous(b.get(), c.dtype, {c.n, c.k})
                                  : Tensor::contiguous(b.get(), c.dtype, {c.k, c.n});
     td = Tensor::contiguous(d.get(), c.dtype, {c.m, c.n});
@@ -247,6 +256,12 @@ void suite_gemm(SuiteContext& ctx) {
       {"gemm", 8192, 8192, 8192, BLayout::nk, DType::f16, "square", "ratio>=1.00"},
       {"gemm", 4096, 4096, 4096, BLayout::nk, DType::bf16, "square", "ratio>=0.90"},
   };
+  // Weight gradients dW = dYᵀ·X read with A transposed (ALayout::km, B (K,N)): K = tokens;
+  // the Llama-3-8B MLP and o projections at 8192 tokens, the lm head at 4096 (the FLCE's).
+  for (const auto& mnk : {std::array<int64_t, 3>{8192, 8192, 8192}, {14336, 4096, 8192},
+                          {4096, 4096, 8192}, {128256, 4096, 4096}})
+    cases.push_back({"gemm", mnk[0], mnk[1], mnk[2], BLayout::kn, DType::bf16, "weight-grad",
+                     "ratio>=0.90", Epi::none, 0, /*a_km=*/true});
   const int64_t llama_nk[][2] = {
       {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
   for (int64_t m : {128, 512, 4096, 16384})  // 512: a prompt's prefill
