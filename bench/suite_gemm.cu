@@ -17,13 +17,12 @@
 // ours and the baseline are timed alternately (Timer::measure_pair).
 // Targets: 8192^3 ratio >= 1.00; every other case ratio >= 0.90. Each case is checked once
 // before timing against cuBLAS's output (|diff| <= 1e-2 + 1.6e-2 |ref| for bf16).
-#include <array>
-
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cmath>
 #include <exception>
 #include <functional>
@@ -258,8 +257,10 @@ void suite_gemm(SuiteContext& ctx) {
   };
   // Weight gradients dW = dYᵀ·X read with A transposed (ALayout::km, B (K,N)): K = tokens;
   // the Llama-3-8B MLP and o projections at 8192 tokens, the lm head at 4096 (the FLCE's).
-  for (const auto& mnk : {std::array<int64_t, 3>{8192, 8192, 8192}, {14336, 4096, 8192},
-                          {4096, 4096, 8192}, {128256, 4096, 4096}})
+  for (const auto& mnk : {std::array<int64_t, 3>{8192, 8192, 8192},
+                          {14336, 4096, 8192},
+                          {4096, 4096, 8192},
+                          {128256, 4096, 4096}})
     cases.push_back({"gemm", mnk[0], mnk[1], mnk[2], BLayout::kn, DType::bf16, "weight-grad",
                      "ratio>=0.90", Epi::none, 0, /*a_km=*/true});
   const int64_t llama_nk[][2] = {

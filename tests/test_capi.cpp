@@ -11,6 +11,7 @@
 #include "tessel/launch.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tessel.h"
+#include "tessel/tessel_gemm.h"
 #include "test_util.hpp"
 
 namespace {
@@ -94,6 +95,38 @@ TEST(CApi, EveryOpReportsInvalidArguments) {
   for (const Case& c : cases) EXPECT_EQ(c.status, TESSEL_ERROR_INVALID_ARGUMENT) << c.op;
   EXPECT_EQ(tessel_reduce_sum_rows(&a, &r, nullptr), TESSEL_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("tessel::reduce_sum_rows"), std::string::npos) << last_error();
+}
+
+// tessel_gemm: option defaults, a_layout / b_layout through the struct (a_layout is the former
+// reserved field: 0 keeps A (M, K)), and their errors naming the argument.
+TEST(CApi, GemmOptionsAndLayoutErrors) {
+  tessel_gemm_options_t o;
+  tessel_gemm_options_init(&o);
+  EXPECT_EQ(o.alpha, 1.f);
+  EXPECT_EQ(o.beta, 0.f);
+  EXPECT_EQ(o.b_layout, TESSEL_GEMM_B_NK);
+  EXPECT_EQ(o.a_layout, TESSEL_GEMM_A_MK);
+  EXPECT_EQ(o.c, nullptr);
+  const tessel_tensor_t a = make(fake(0), TESSEL_BF16, {32, 16});  // (K, M) with a_layout KM
+  const tessel_tensor_t b = make(fake(1), TESSEL_BF16, {24, 32});  // (N, K)
+  const tessel_tensor_t d_mk = make(fake(2), TESSEL_BF16, {32, 24});
+  const tessel_tensor_t d_km = make(fake(2), TESSEL_BF16, {16, 24});
+  // A (M, K) = (32, 16): b's K = 32 does not match
+  EXPECT_EQ(tessel_gemm(&a, &b, &d_mk, &o, nullptr), TESSEL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'b'"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("(a's columns)"), std::string::npos) << last_error();
+  // A (K, M): K = 32 from a's rows; d must be (16, 24)
+  o.a_layout = TESSEL_GEMM_A_KM;
+  EXPECT_EQ(tessel_gemm(&a, &b, &d_mk, &o, nullptr), TESSEL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'d'"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("(16, 24)"), std::string::npos) << last_error();
+  o.a_layout = 5;
+  EXPECT_EQ(tessel_gemm(&a, &b, &d_km, &o, nullptr), TESSEL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'a_layout'"), std::string::npos) << last_error();
+  o.a_layout = TESSEL_GEMM_A_KM;
+  o.b_layout = 3;
+  EXPECT_EQ(tessel_gemm(&a, &b, &d_km, &o, nullptr), TESSEL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'b_layout'"), std::string::npos) << last_error();
 }
 
 TEST(CApi, NullTensorIsAnError) {
