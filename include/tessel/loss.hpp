@@ -39,8 +39,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Te
 struct FusedLinearCrossEntropyOptions {
   CrossEntropyOptions ce{};
   // Rows of hidden per chunk (a multiple of 8); 0 picks min(N rounded up to 8, R) where R is
-  // the most rows (a multiple of 128, at least 1024) whose logits slabs (N x V, and its
-  // transpose when dweight is wanted) fit in 1 GiB.
+  // the most rows (a multiple of 128, at least 1024) whose logits slab (rows x V) fits in
+  // 1 GiB (4096 rows for V = 128256 in 16 bits).
   int64_t chunk_rows = 0;
 };
 
@@ -48,13 +48,14 @@ struct FusedLinearCrossEntropyOptions {
 // per chunk of rows, logits_chunk = gemm(hidden_chunk, weight) (tessel::gemm), the CE kernel
 // turns it into loss + dlogits in place, then
 //   dhidden_chunk  = dlogits_chunk @ weight            (written directly)
-//   dweight       += dlogits_chunkᵀ @ hidden_chunk     (f32 accumulation, beta = 1)
+//   dweight       += dlogits_chunkᵀ @ hidden_chunk     (f32 accumulation, beta = 1; the
+//                                                      slab read transposed, ALayout::km)
 //
 // hidden  : (N, H) bf16 or f16, dense;   weight: (V, H), hidden's dtype, dense
 // targets : (N) i32/i64;   loss: as cross_entropy (f32 or hidden's dtype)
 // dhidden : optional (N, H), hidden's dtype or f32;  dweight: optional (V, H) f32
-// H and V multiples of 8 (tessel::gemm). Temporary device memory (chunk × V logits, their
-// transpose and a padded hidden chunk) is taken with cudaMallocAsync on `stream`.
+// H and V multiples of 8 (tessel::gemm). Temporary device memory (chunk × V logits and a
+// padded hidden chunk) is taken with cudaMallocAsync on `stream`.
 void fused_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                                 Tensor& loss, Tensor* dhidden, Tensor* dweight,
                                 cudaStream_t stream,
