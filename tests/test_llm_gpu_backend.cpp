@@ -229,6 +229,18 @@ void prefill_then_decode(const ModelConfig& c, uint32_t seed) {
 }
 
 TEST_F(LlmGpuBackend, LlamaNeoxMatchesCpu) { prefill_then_decode(small("llama"), 11); }
+// A layer wide enough for the decode chain (detail::gemm_small_m_chain: o projection, MLP and the
+// next layer's qkv in one launch; it needs weights that split into whole 16-row slabs over the
+// SMs): Llama-3.2-1B's layer widths, two layers, decode steps of 2 rows.
+TEST_F(LlmGpuBackend, WideLlamaDecodeChainMatchesCpu) {
+  ModelConfig c = small("llama");
+  c.hidden_size = 2048;
+  c.n_layers = 2;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.ffn_size = 8192;
+  prefill_then_decode(c, 12);
+}
 // Pages of 8 tokens: the 7- and 19-token prompts and their decode steps cross page boundaries
 // (pages allocated as the sequences grow, the pool grows and moves mid-decode).
 TEST_F(LlmGpuBackend, PagedCacheAcrossPagesMatchesCpu) {

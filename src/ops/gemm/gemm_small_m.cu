@@ -869,4 +869,100 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
   return true;
 }
 
+
+// ---- chains ------------------------------------------------------------------------------
+
+namespace {
+// The chain kernel's grid-barrier counters, one block per (device, stream), zero at rest.
+unsigned* chain_sync(cudaStream_t stream, bool capturing) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, unsigned*> slots;  // process lifetime
+  int dev = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  unsigned*& ptr = slots[{dev, stream}];
+  if (ptr == nullptr && !capturing) {
+    TESSEL_CUDA_CHECK(cudaMalloc(&ptr, 256));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(ptr, 0, 256, stream));
+  }
+  return ptr;
+}
+
+bool chain_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSEL_GEMM_SMALL_M_CHAIN");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+}  // namespace
+
+bool gemm_small_m_chain(const SmallMChainStep* steps, int count, cudaStream_t stream) {
+  if (!chain_enabled() || steps == nullptr || count < 1 || count > kSmallMChainMaxPhases)
+    return false;
+  const int sms = current_sm_count();
+  SmallMChainParams p{};
+  p.phases = count;
+  int grid = 0;
+  bool bf16 = true;
+  for (int f = 0; f < count; ++f) {
+    const SmallMChainStep& st = steps[f];
+    if (st.a == nullptr || st.b == nullptr || st.d == nullptr || (st.gated && st.norm_w))
+      return false;
+    GemmOptions opt;
+    if (st.residual) {
+      opt.c = st.d;
+      opt.beta = 1.f;
+    }
+    Tensor a = *st.a;
+    if (st.gated) {  // the gate half of [gate | up]
+      if (a.ndim != 2 || st.b->ndim != 2 || (a.shape[1] > 1 && a.strides[1] != 1) ||
+          a.shape[1] != 2 * st.b->shape[1])
+        return false;
+      a.shape[1] = st.b->shape[1];
+    }
+    const Problem pr = describe(a, *st.b, *st.d, opt);
+    if (!pr.ok || pr.kn || pr.m > kSmallMChainMaxM) return false;
+    if (f == 0) {
+      p.m = pr.m;
+      bf16 = pr.bf16;
+    } else if (pr.m != p.m || pr.bf16 != bf16) {
+      return false;
+    }
+    if (st.norm_w) {
+      const Tensor& w = *st.norm_w;
+      if (!(st.eps >= 0.f) || !std::isfinite(st.eps) || w.dtype != a.dtype || w.numel() != pr.k ||
+          (w.ndim >= 1 && w.strides[w.ndim - 1] != 1 && pr.k > 1) ||
+          reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+        return false;
+    }
+    if (!small_m_ring_slab_runs(pr.n, sms, 1)) return false;
+    SmallMChainPhase& ph = p.ph[f];
+    ph.a = a.data;
+    ph.lda = pr.lda;
+    ph.b = st.b->data;
+    ph.ldb = pr.ldb;
+    ph.d = st.d->data;
+    ph.ldd = pr.ldd;
+    ph.c = pr.c ? pr.c->data : nullptr;
+    ph.ldc = pr.ldc;
+    ph.alpha = 1.f;
+    ph.beta = pr.c ? 1.f : 0.f;
+    ph.n = pr.n;
+    ph.k = pr.k;
+    ph.out = pr.out;
+    ph.gated = st.gated ? 1 : 0;
+    ph.rms = st.norm_w ? 1 : 0;
+    ph.rms_eps = st.eps;
+    ph.norm_w = st.norm_w ? st.norm_w->data : nullptr;
+    ph.grid = small_m_ring_grid(pr.n, pr.k, 1024, sms, 1);
+    grid = std::max(grid, ph.grid);
+  }
+  p.stages = small_m_chain_stages(p.m);
+  p.sync = chain_sync(stream, is_capturing(stream));
+  if (p.sync == nullptr) return false;
+  TESSEL_CUDA_CHECK(small_m_chain_launch(p, grid, bf16, stream));
+  return true;
+}
+
 }  // namespace tessel::detail
