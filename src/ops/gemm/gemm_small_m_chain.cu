@@ -54,7 +54,10 @@ size_t smem_bytes(int stages, int m) {
 __device__ __forceinline__ void mma_warps_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kMmaWarps * 32) : "memory");
 }
-// MMA warps + A warps (named barrier 2): the A warps are past every grid barrier.
+// MMA warps + A warps: named barrier 3 releases the A warps into the next phase once MMA
+// thread 0 has seen the grid barrier complete; named barrier 2 joins them before the exit.
+// (A first version let the A warps poll the counter themselves, from the moment they had
+// staged a phase, i.e. for most of every phase: docs/engine_gpu.md, session 24.)
 constexpr int kTailThreads = (kMmaWarps + kActWarps) * 32;
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
@@ -161,9 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int g = 0;
     for (int f = 0; f < p.phases; ++f) {
       const SmallMChainPhase& ph = p.ph[f];
-      if (f > 0) {  // phase f - 1's outputs, from every CTA
-        if (lane == 0) grid_wait(&p.sync[f - 1], ctas);
-        __syncwarp();
+      if (f > 0) {  // phase f - 1's outputs, from every CTA: MMA thread 0 saw them arrive
+        asm volatile("bar.sync 3, %0;" ::"n"(kTailThreads) : "memory");
         asm volatile("fence.proxy.async.global;" ::: "memory");  // before bulk copies of them
       }
       const Run run = run_of(ph);
@@ -245,9 +247,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int g = 0;
   for (int f = 0; f < p.phases; ++f) {
     const SmallMChainPhase& ph = p.ph[f];
-    if (f > 0) {
+    if (f > 0) {  // one poller per CTA; the A warps wait on named barrier 3, not on memory
       if (tid == 0) grid_wait(&p.sync[f - 1], ctas);
-      mma_warps_sync();
+      asm volatile("bar.sync 3, %0;" ::"n"(kTailThreads) : "memory");
     }
     const T* ga = static_cast<const T*>(ph.a);
     if (ph.rms)
