@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/gemm/gemm_small_m.hpp"
+#include "ops/gemm/gemm_small_m_ring.hpp"
 #include "tessel/activation.hpp"
 #include "tessel/gemm.hpp"
 #include "tessel/launch.hpp"
@@ -558,8 +559,8 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
 }
 
 // gemm_small_m_chain (the engine's decode layer after attention in one launch) equals the four
-// single launches with the ring config of the same stage shape ({16 rows x 1024 k}) bit for
-// bit: o projection + residual, RMSNorm + gate|up, SwiGLU + down + residual, RMSNorm + the next
+// single launches with the ring config of the same stage shape (16 rows x 2048 k for M = 1,
+// x 1024 k for M = 2) bit for bit: o projection + residual, RMSNorm + gate|up, SwiGLU + down + residual, RMSNorm + the next
 // qkv; and the three-step chain of a last layer. Shapes: a Llama-3.2-1B-sized layer and a
 // ragged one (K not a multiple of the 1024-k stage, partial slabs, phases on fewer CTAs than
 // SMs), M = 1 and 2, bf16 and f16, dependent launch on (as the engine runs it); twice back to
@@ -571,14 +572,17 @@ TEST_F(GemmSmallMGpu, ChainEqualsSingleLaunches) {
     DType dt;
   };
   constexpr float kEps = 1e-5f;
-  int ring_1024 = -1;  // the ring config of 16 rows x 1024 k (any depth: same arithmetic)
-  for (int cfg = 0; cfg < detail::gemm_small_m_num_configs(); ++cfg)
-    if (detail::gemm_small_m_is_ring_config(cfg) &&
-        detail::gemm_small_m_config_name(cfg).find("16 rows x 1024 k") != std::string::npos) {
-      ring_1024 = cfg;
-      break;
-    }
-  ASSERT_GE(ring_1024, 0);
+  // The ring config of the chain's stage shape (16 rows x 2048 k for one token, 1024 for two;
+  // any depth: the same arithmetic).
+  auto ring_config = [](int64_t m) {
+    const std::string shape =
+        "16 rows x " + std::to_string(detail::small_m_chain_stage_k(static_cast<int>(m))) + " k";
+    for (int cfg = 0; cfg < detail::gemm_small_m_num_configs(); ++cfg)
+      if (detail::gemm_small_m_is_ring_config(cfg) &&
+          detail::gemm_small_m_config_name(cfg).find(shape) != std::string::npos)
+        return cfg;
+    return -1;
+  };
   const DependentLaunchScope dependent(true);
   for (const S& c : {S{1, 2048, 8192, 3072, DType::bf16}, S{2, 1304, 3000, 1960, DType::f16},
                      S{1, 1304, 3000, 1960, DType::bf16}, S{2, 2048, 8192, 3072, DType::bf16}}) {
@@ -594,6 +598,8 @@ TEST_F(GemmSmallMGpu, ChainEqualsSingleLaunches) {
       return t;
     };
     // Weights scaled so that activations stay O(1) through the layer.
+    const int ring_cfg = ring_config(c.m);
+    ASSERT_GE(ring_cfg, 0);
     const double sh = 1.0 / std::sqrt(static_cast<double>(c.h));
     const double sf = 1.0 / std::sqrt(static_cast<double>(c.f));
     DeviceTensor att = make_dev({c.m, c.h}, -1, 1);
@@ -619,13 +625,13 @@ TEST_F(GemmSmallMGpu, ChainEqualsSingleLaunches) {
     res.c = &x_ref.t;
     res.beta = 1.f;
     ASSERT_TRUE(
-        detail::gemm_small_m_with_config(att.t, wo.t, x_ref.t, res, stream(), ring_1024));
+        detail::gemm_small_m_with_config(att.t, wo.t, x_ref.t, res, stream(), ring_cfg));
     ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn2.t, kEps, wup.t, ffn_ref.t, GemmOptions{},
-                                         stream(), ring_1024));
+                                         stream(), ring_cfg));
     ASSERT_TRUE(
-        detail::gemm_small_m_swiglu(ffn_ref.t, wdown.t, x_ref.t, res, stream(), ring_1024));
+        detail::gemm_small_m_swiglu(ffn_ref.t, wdown.t, x_ref.t, res, stream(), ring_cfg));
     ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn1.t, kEps, wqkv.t, qkv_ref.t, GemmOptions{},
-                                         stream(), ring_1024));
+                                         stream(), ring_cfg));
     sync();
     const std::vector<uint8_t> want_x = download_bytes(x_ref), want_ffn = download_bytes(ffn_ref),
                                want_qkv = download_bytes(qkv_ref);
@@ -670,13 +676,13 @@ TEST_F(GemmSmallMGpu, ChainEqualsSingleLaunches) {
     TESSEL_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     // The second chain's reference: the singles again from x_ref.
     ASSERT_TRUE(
-        detail::gemm_small_m_with_config(att.t, wo.t, x_ref.t, res, stream(), ring_1024));
+        detail::gemm_small_m_with_config(att.t, wo.t, x_ref.t, res, stream(), ring_cfg));
     ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn2.t, kEps, wup.t, ffn_ref.t, GemmOptions{},
-                                         stream(), ring_1024));
+                                         stream(), ring_cfg));
     ASSERT_TRUE(
-        detail::gemm_small_m_swiglu(ffn_ref.t, wdown.t, x_ref.t, res, stream(), ring_1024));
+        detail::gemm_small_m_swiglu(ffn_ref.t, wdown.t, x_ref.t, res, stream(), ring_cfg));
     ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn1.t, kEps, wqkv.t, qkv_ref.t, GemmOptions{},
-                                         stream(), ring_1024));
+                                         stream(), ring_cfg));
     sync();
     const std::vector<uint8_t> want_x2 = download_bytes(x_ref), want_qkv2 = download_bytes(qkv_ref);
     for (int rep = 0; rep < 2; ++rep) {

@@ -955,7 +955,7 @@ bool gemm_small_m_chain(const SmallMChainStep* steps, int count, cudaStream_t st
     ph.rms = st.norm_w ? 1 : 0;
     ph.rms_eps = st.eps;
     ph.norm_w = st.norm_w ? st.norm_w->data : nullptr;
-    ph.grid = small_m_ring_grid(pr.n, pr.k, 1024, sms, 1);
+    ph.grid = small_m_ring_grid(pr.n, pr.k, small_m_chain_stage_k(pr.m), sms, 1);
     grid = std::max(grid, ph.grid);
   }
   p.stages = small_m_chain_stages(p.m);

@@ -68,8 +68,8 @@ bool gemm_small_m_rms(const Tensor& a, const Tensor& norm_w, float eps, const Te
 //   d  = rms_norm(A, norm_w, eps) · Bᵀ  (norm_w: as gemm_small_m_rms)
 //   d  = (silu(G) ⊙ U) · Bᵀ             (gated: A is the (M, 2K) [G | U] buffer, as gemm_small_m_swiglu)
 // with d += … instead when `residual` (C = D, beta 1). Every step's result equals the ring
-// kernel's {16 rows x 1024 k} config for the same problem bit for bit (rounding as the fused
-// single launches). Returns false with nothing launched where the chain does not apply: M > 2,
+// kernel's config of 16 rows x small_m_chain_stage_k(M) k (2048 for one token, 1024 for two)
+// for the same problem bit for bit (rounding as the fused single launches). Returns false with nothing launched where the chain does not apply: M > 2,
 // B (K,N), mixed dtypes or token counts, a weight whose slabs do not split into whole-slab runs
 // on this GPU, no sync workspace yet under stream capture, more than 4 steps, or
 // TESSEL_GEMM_SMALL_M_CHAIN=0. The caller then runs the steps one launch each.

@@ -33,21 +33,21 @@ namespace {
 using namespace small_m;
 
 constexpr int kRows = 16;
-constexpr int kStageK = 1024;
 constexpr int kMmaWarps = 8;
 constexpr int kActWarps = 2;
 constexpr int kProducerWarp = kMmaWarps;
 constexpr int kThreads = (kMmaWarps + 1 + kActWarps) * 32;
-constexpr int kPitch = kStageK * 2 + 64;  // 64 mod 128 bytes: conflict-free 16-byte reads
-constexpr int kStageWBytes = kRows * kPitch;
-constexpr int kWarpK = kStageK / kMmaWarps;  // each MMA warp's k range in a stage
+// 64 mod 128 bytes: conflict-free 16-byte reads.
+constexpr int pitch_of(int stage_k) { return stage_k * 2 + 64; }
 constexpr int kRedFloats = kMmaWarps * 8 * kRows;
 constexpr size_t kMaxSmem = 226 * 1024;
 constexpr int kPieces = 4;  // 16-byte pieces per A lane and stage (SwiGLU / RMSNorm staging)
-static_assert(kActWarps * 32 * kPieces * 8 == kSmallMChainMaxM * kStageK, "A staging covers m");
+// Tokens the A warps stage per stage of stage_k (2 at 1024 k, 1 at 2048 k).
+constexpr int max_m_of(int stage_k) { return kActWarps * 32 * kPieces * 8 / stage_k; }
+static_assert(max_m_of(1024) == kSmallMChainMaxM, "A staging covers m");
 
-size_t smem_bytes(int stages, int m) {
-  return size_t(stages) * (kRows + m) * kPitch + kRedFloats * sizeof(float) +
+size_t smem_bytes(int stages, int m, int stage_k) {
+  return size_t(stages) * (kRows + m) * pitch_of(stage_k) + kRedFloats * sizeof(float) +
          2 * size_t(stages) * sizeof(uint64_t);
 }
 
@@ -81,6 +81,7 @@ struct Run {
   int count;
   int ksn;
 };
+template <int kStageK>
 __device__ __forceinline__ Run run_of(const SmallMChainPhase& ph) {
   Run r{0, 0, (ph.k + kStageK - 1) / kStageK};
   if (static_cast<int>(blockIdx.x) >= ph.grid) return r;
@@ -108,9 +109,12 @@ __device__ __forceinline__ void store_result(const SmallMChainPhase& ph, int tok
   store_out(ph, int64_t{tok} * ph.ldd + n, r);
 }
 
-template <class T>
+template <class T, int kStageK>
 __global__ void __launch_bounds__(kThreads, 1)
     small_m_chain_kernel(const __grid_constant__ SmallMChainParams p) {
+  constexpr int kPitch = pitch_of(kStageK);
+  constexpr int kStageWBytes = kRows * kPitch;
+  constexpr int kWarpK = kStageK / kMmaWarps;  // each MMA warp's k range in a stage
   extern __shared__ __align__(128) unsigned char smem[];
   const int S = p.stages;
   const int stage_a_bytes = p.m * kPitch;
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int g = 0;  // ring position, continued across phases
     for (int f = 0; f < p.phases; ++f) {
       const SmallMChainPhase& ph = p.ph[f];
-      const Run run = run_of(ph);
+      const Run run = run_of<kStageK>(ph);
       const char* b = static_cast<const char*>(ph.b);
       for (int i = 0; i < run.count; ++i, ++g) {
         const int s = g % S;
@@ -168,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("bar.sync 3, %0;" ::"n"(kTailThreads) : "memory");
         asm volatile("fence.proxy.async.global;" ::: "memory");  // before bulk copies of them
       }
-      const Run run = run_of(ph);
+      const Run run = run_of<kStageK>(ph);
       const T* ga = static_cast<const T*>(ph.a);
       if (!ph.gated && !ph.rms) {
         // Bulk copies of this warp's tokens (lane 0); every lane arrives.
@@ -255,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ph.rms)
       row_rstd<T, kMmaWarps, 4>(ga, ph.lda, p.m, ph.k, ph.rms_eps, warp, lane, red, s_rstd,
                                 [] { mma_warps_sync(); });
-    const Run run = run_of(ph);
+    const Run run = run_of<kStageK>(ph);
     float acc[4] = {};
     for (int i = 0; i < run.count; ++i, ++g) {
       const int s = g % S;
@@ -322,32 +326,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <class T>
+template <class T, int kStageK>
 cudaError_t launch_t(const SmallMChainParams& p, int grid, cudaStream_t stream) {
-  auto kernel = small_m_chain_kernel<T>;
+  auto kernel = small_m_chain_kernel<T, kStageK>;
   if (cudaError_t e = opt_in_shared_memory(kernel, static_cast<int>(kMaxSmem)); e != cudaSuccess)
     return e;
-  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m), stream,
-                          p);
+  return launch_dependent(kernel, dim3(grid), dim3(kThreads), smem_bytes(p.stages, p.m, kStageK),
+                          stream, p);
 }
 
 }  // namespace
 
+int small_m_chain_stage_k(int m) { return m == 1 ? 2048 : 1024; }
+
 int small_m_chain_stages(int m) {
   int s = 0;
-  while (smem_bytes(s + 1, m) <= kMaxSmem) ++s;
+  while (smem_bytes(s + 1, m, small_m_chain_stage_k(m)) <= kMaxSmem) ++s;
   return s;
 }
 
 cudaError_t small_m_chain_launch(const SmallMChainParams& p, int grid, bool bf16,
                                  cudaStream_t stream) {
   if (p.m < 1 || p.m > kSmallMChainMaxM || p.phases < 1 || p.phases > kSmallMChainMaxPhases ||
-      p.stages < 1 || smem_bytes(p.stages, p.m) > kMaxSmem || p.sync == nullptr || grid < 1)
+      p.stages < 1 || smem_bytes(p.stages, p.m, small_m_chain_stage_k(p.m)) > kMaxSmem ||
+      p.sync == nullptr || grid < 1)
     return cudaErrorInvalidValue;
   for (int f = 0; f < p.phases; ++f)
     if (p.ph[f].grid < 1 || p.ph[f].grid > grid || (p.ph[f].gated && p.ph[f].rms))
       return cudaErrorInvalidValue;
-  return bf16 ? launch_t<__nv_bfloat16>(p, grid, stream) : launch_t<__half>(p, grid, stream);
+  if (small_m_chain_stage_k(p.m) == 2048)
+    return bf16 ? launch_t<__nv_bfloat16, 2048>(p, grid, stream)
+                : launch_t<__half, 2048>(p, grid, stream);
+  return bf16 ? launch_t<__nv_bfloat16, 1024>(p, grid, stream)
+              : launch_t<__half, 1024>(p, grid, stream);
 }
 
 }  // namespace tessel::detail

@@ -86,12 +86,12 @@ cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream);
 
 // ---- chains (gemm_small_m_chain.cu) ------------------------------------------------------
-// Several dependent M <= 2 GEMMs in ONE launch of the ring kernel's shape (16 rows x 1024 k
-// stages, whole-slab runs): the producer warp streams every phase's weight through one ring
+// Several dependent M <= 2 GEMMs in ONE launch of the ring kernel's shape (16-row stages,
+// whole-slab runs): the producer warp streams every phase's weight through one ring
 // without stopping (weights are not outputs), while the A and MMA warps pass a grid-wide
 // barrier between phases (phase f + 1 reads what phase f wrote). The per-slab arithmetic is the
 // ring kernel's (same k split, same warp order): each phase's result equals a ring launch of
-// {1024 k, 16 rows} bit for bit.
+// the same stage shape (small_m_chain_stage_k) bit for bit.
 struct SmallMChainPhase {
   const void* a;  // as SmallMRingParams (gated: the gate half of [gate | up])
   int64_t lda;
@@ -118,7 +118,9 @@ struct SmallMChainParams {
   int stages;
   unsigned* sync;  // [kSmallMChainMaxPhases + 1] counters, zero between launches
 };
-// The ring depth the chain kernel uses for m tokens.
+// The stage shape the chain kernel uses for m tokens: 16 rows x 2048 k for one token (64 KB
+// stages, the A warps staging one 2048-k slice per stage), 16 x 1024 for two; and the ring depth.
+int small_m_chain_stage_k(int m);
 int small_m_chain_stages(int m);
 cudaError_t small_m_chain_launch(const SmallMChainParams& p, int grid, bool bf16,
                                  cudaStream_t stream);
