@@ -873,7 +873,7 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
 // ---- chains ------------------------------------------------------------------------------
 
 namespace {
-// The chain kernel's grid-barrier counters, one block per (device, stream), zero at rest.
+// The chain kernel's grid-barrier counters, one block per (device, stream), zeroed once.
 unsigned* chain_sync(cudaStream_t stream, bool capturing) {
   static std::mutex mu;
   static std::map<std::pair<int, cudaStream_t>, unsigned*> slots;  // process lifetime

@@ -116,7 +116,7 @@ struct SmallMChainParams {
   int phases;
   int m;
   int stages;
-  unsigned* sync;  // [kSmallMChainMaxPhases + 1] counters, zero between launches
+  unsigned* sync;  // [kSmallMChainMaxPhases] grid-barrier counters (zeroed once, never reset)
 };
 // The stage shape the chain kernel uses for m tokens: 16 rows x 2048 k for one token (64 KB
 // stages, the A warps staging one 2048-k slice per stage), 16 x 1024 for two; and the ring depth.
