@@ -188,14 +188,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const Run run = run_of<kStageK>(ph);
       const T* ga = static_cast<const T*>(ph.a);
+      // K <= one stage: every stage of the phase takes the same A slice, so a slot keeps the
+      // slice written at its first use in the phase (the producer only writes weight rows).
+      const bool constant_a = run.ksn == 1;
       if (!ph.gated && !ph.rms) {
         // Bulk copies of this warp's tokens (lane 0); every lane arrives.
-        const int tokens = aw < p.m ? 1 : 0;
         for (int i = 0; i < run.count; ++i, ++g) {
           const int s = g % S;
           if (g >= S) mbar_wait(&empty[s], ((g / S) + 1) & 1);
           const int k0 = static_cast<int>((run.first + i) % run.ksn) * kStageK;
           const int kc = min(kStageK, ph.k - k0);
+          const int tokens = aw < p.m && (!constant_a || i < S) ? 1 : 0;
           if (lane == 0) {
             mbar_arrive_expect_tx(&full[s], uint32_t(tokens) * kc * 2);
             if (tokens)
@@ -234,20 +237,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       if (run.count > 0) load(0, gn, un);
       for (int i = 0; i < run.count; ++i, ++g) {
+        if (!constant_a || i == 0) {
 #pragma unroll
-        for (int q = 0; q < kPieces; ++q) gc[q] = gn[q], uc[q] = un[q];
-        if (i + 1 < run.count) load(i + 1, gn, un);
+          for (int q = 0; q < kPieces; ++q) gc[q] = gn[q], uc[q] = un[q];
+          if (!constant_a && i + 1 < run.count) load(i + 1, gn, un);
+        }
         const int s = g % S;
         if (g >= S) mbar_wait(&empty[s], ((g / S) + 1) & 1);
         const int k0 = static_cast<int>((run.first + i) % run.ksn) * kStageK;
         const int kc = min(kStageK, ph.k - k0);
+        if (!constant_a || i < S) {
 #pragma unroll
-        for (int q = 0; q < kPieces; ++q) {
-          int tok, kk;
-          piece(q, tok, kk);
-          if (tok < p.m && kk < kc)
-            *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch + kk * 2) =
-                ph.rms ? mul8<T>(gc[q], uc[q]) : swiglu8<T>(gc[q], uc[q]);
+          for (int q = 0; q < kPieces; ++q) {
+            int tok, kk;
+            piece(q, tok, kk);
+            if (tok < p.m && kk < kc)
+              *reinterpret_cast<uint4*>(aring + size_t(s) * stage_a_bytes + tok * kPitch +
+                                        kk * 2) =
+                  ph.rms ? mul8<T>(gc[q], uc[q]) : swiglu8<T>(gc[q], uc[q]);
+          }
         }
         mbar_arrive(&full[s]);
       }
