@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -205,83 +204,6 @@ void run_chain(SuiteContext& ctx, cublasHandle_t h, int64_t m, bool dependent, b
   r.check_detail = "not checked here (the per-shape cases above check the same kernels)";
 }
 
-// The decode layer after attention as the engine runs it at M = 1-2 (o + residual, RMSNorm +
-// gate|up, SwiGLU + down + residual, the next layer's RMSNorm + qkv; two layers, every weight
-// distinct, clean L2): the first `steps` of them as one detail::gemm_small_m_chain launch per
-// layer against the same fused GEMMs launched one by one with dependent launch (what the engine
-// runs with TESSEL_GEMM_SMALL_M_CHAIN=0). GB/s of weight bytes.
-void run_layer_chain(SuiteContext& ctx, int64_t m, bool small_model, int steps, Record& r) {
-  cudaStream_t s = ctx.stream();
-  const int64_t H = small_model ? 2048 : 4096, F = small_model ? 8192 : 14336;
-  const int64_t nqkv = small_model ? 3072 : 6144;
-  auto mat = [&](int64_t rows, int64_t cols, uint32_t seed, float lo, float hi) {
-    DeviceMem d(size_t(rows * cols) * 2);
-    fill_uniform(d.as<__nv_bfloat16>(), size_t(rows * cols), seed, lo, hi, s);
-    return d;
-  };
-  struct Layer {
-    DeviceMem wo, wgu, wd, wqkv, n1, n2;
-  };
-  std::vector<Layer> layers;
-  double bytes = 0;
-  const int64_t wshape[4][2] = {{H, H}, {2 * F, H}, {H, F}, {nqkv, H}};
-  for (int i = 0; i < steps; ++i) bytes += 2.0 * double(wshape[i][0]) * double(wshape[i][1]);
-  bytes *= 2;  // two layers
-  for (uint32_t l = 0; l < 2; ++l)
-    layers.push_back({mat(H, H, 51 + l, -0.02f, 0.02f), mat(2 * F, H, 61 + l, -0.02f, 0.02f),
-                      mat(H, F, 71 + l, -0.02f, 0.02f), mat(nqkv, H, 81 + l, -0.02f, 0.02f),
-                      mat(1, H, 91 + l, 0.5f, 1.5f), mat(1, H, 95 + l, 0.5f, 1.5f)});
-  DeviceMem att = mat(m, H, 11, -1.f, 1.f), x = mat(m, H, 12, -1.f, 1.f),
-            ffn = mat(m, 2 * F, 13, -1.f, 1.f), qkv = mat(m, nqkv, 14, -1.f, 1.f);
-  auto t2 = [](const DeviceMem& d, int64_t rows, int64_t cols) {
-    return Tensor::contiguous(const_cast<void*>(static_cast<const void*>(d.get())), DType::bf16,
-                              {rows, cols});
-  };
-  auto t1 = [](const DeviceMem& d, int64_t n) {
-    return Tensor::contiguous(const_cast<void*>(static_cast<const void*>(d.get())), DType::bf16,
-                              {n});
-  };
-  Tensor ta = t2(att, m, H), tx = t2(x, m, H), tf = t2(ffn, m, 2 * F), tq = t2(qkv, m, nqkv);
-  constexpr float kEps = 1e-5f;
-  bool chained = true;
-  auto ours = [&] {
-    const DependentLaunchScope scope(true);
-    for (Layer& l : layers) {
-      const Tensor wo = t2(l.wo, H, H), wgu = t2(l.wgu, 2 * F, H), wd = t2(l.wd, H, F),
-                   wq = t2(l.wqkv, nqkv, H), n1 = t1(l.n1, H), n2 = t1(l.n2, H);
-      const detail::SmallMChainStep st[4] = {{&ta, &wo, &tx, true},
-                                             {&tx, &wgu, &tf, false, &n2, kEps},
-                                             {&tf, &wd, &tx, true, nullptr, 0.f, true},
-                                             {&tx, &wq, &tq, false, &n1, kEps}};
-      chained = detail::gemm_small_m_chain(st, steps, s) && chained;
-    }
-  };
-  auto base = [&] {
-    const DependentLaunchScope scope(true);
-    GemmOptions res;
-    res.c = &tx;
-    res.beta = 1.f;
-    for (Layer& l : layers) {
-      const Tensor wo = t2(l.wo, H, H), wgu = t2(l.wgu, 2 * F, H), wd = t2(l.wd, H, F),
-                   wq = t2(l.wqkv, nqkv, H), n1 = t1(l.n1, H), n2 = t1(l.n2, H);
-      if (steps > 0) detail::gemm_small_m(ta, wo, tx, res, s);
-      if (steps > 1) detail::gemm_small_m_rms(tx, n2, kEps, wgu, tf, GemmOptions{}, s);
-      if (steps > 2) detail::gemm_small_m_swiglu(tf, wd, tx, res, s);
-      if (steps > 3) detail::gemm_small_m_rms(tx, n1, kEps, wq, tq, GemmOptions{}, s);
-    }
-  };
-  ours();
-  base();  // tunes each shape first
-  TESSEL_BENCH_CUDA(cudaStreamSynchronize(s));
-  if (!chained) throw std::runtime_error("gemm_small_m_chain refused the layer");
-  const MeasureOptions mo = ctx.measure_options();
-  r.ours_ms = time_clean(s, ours, mo.warmup, mo.iters);
-  r.baseline_ms = time_clean(s, base, mo.warmup, mo.iters);
-  r.ours = gbps(bytes, r.ours_ms);
-  r.baseline_value = gbps(bytes, r.baseline_ms);
-  r.check_detail = "not checked here (GemmSmallMGpu.ChainEqualsSingleLaunches: bit for bit)";
-}
-
 void suite_gemm_small_m(SuiteContext& ctx) {
   cublasHandle_t h = nullptr;
   cublas_ok(cublasCreate(&h), "cublasCreate");
@@ -340,27 +262,6 @@ void suite_gemm_small_m(SuiteContext& ctx) {
       r.target = "peak_fraction>=0.85";
       try {
         run_chain(ctx, h, m, dependent, c.small_model, r);
-      } catch (const std::exception& e) {
-        r.check = "ERROR";
-        r.check_detail = e.what();
-        cudaGetLastError();
-      }
-      ctx.add(std::move(r));
-    }
-  for (const Chain& c : {Chain{1, false}, Chain{1, true}})
-    for (int steps = 1; steps <= 4; ++steps) {
-      if (!ctx.wants("gemm_chain")) break;
-      Record r;
-      r.op = "gemm_chain";
-      r.case_ = "small-M layer chain M=" + std::to_string(c.m) + (c.small_model ? " 2x1B" : " 2x8B") +
-                " " + std::to_string(steps) + " of (o+res, norm+gate|up, swiglu+down+res, norm+qkv)";
-      r.shape = {{"M", c.m}, {"layers", 2}, {"steps", steps}};
-      r.dtype = "bf16";
-      r.metric = "GB/s";
-      r.baseline = "single launches (dependent launch)";
-      r.target = "ratio>=1.0";
-      try {
-        run_layer_chain(ctx, c.m, c.small_model, steps, r);
       } catch (const std::exception& e) {
         r.check = "ERROR";
         r.check_detail = e.what();

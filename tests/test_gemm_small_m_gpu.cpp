@@ -3,8 +3,7 @@
 // the same grid (thinned) for B (K,N); bf16/f16 in, f32/bf16/f16 out; alpha/beta with C
 // (separate and in place); pitched operands; every autotuner config; determinism; CUDA
 // graph capture; the same problems through tessel::gemm; the SwiGLU-fused down GEMM; the
-// RMSNorm-fused projection (gemm_small_m_rms); chains of them in one launch
-// (gemm_small_m_chain).
+// RMSNorm-fused projection (gemm_small_m_rms).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,10 +12,8 @@
 #include <vector>
 
 #include "ops/gemm/gemm_small_m.hpp"
-#include "ops/gemm/gemm_small_m_ring.hpp"
 #include "tessel/activation.hpp"
 #include "tessel/gemm.hpp"
-#include "tessel/launch.hpp"
 #include "test_util.hpp"
 
 namespace tessel::test {
@@ -556,170 +553,6 @@ TEST_F(GemmSmallMGpu, RmsNormFusedMatchesFloat64) {
   EXPECT_FALSE(detail::gemm_small_m_rms(a0.t, nw.t, kEps, w.t, d0.t, GemmOptions{}, stream()));
   sync();
   for (uint8_t byte : download_buffer(d0)) ASSERT_EQ(byte, 0xFF) << "output written (M = 0)";
-}
-
-// gemm_small_m_chain (the engine's decode layer after attention in one launch) equals the four
-// single launches with the ring config of the same stage shape (16 rows x 2048 k for M = 1,
-// x 1024 k for M = 2) bit for bit: o projection + residual, RMSNorm + gate|up, SwiGLU + down + residual, RMSNorm + the next
-// qkv; and the three-step chain of a last layer. Shapes: a Llama-3.2-1B-sized layer and a
-// ragged one (K not a multiple of the 1024-k stage, partial slabs, phases on fewer CTAs than
-// SMs), M = 1 and 2, bf16 and f16, dependent launch on (as the engine runs it); twice back to
-// back (the grid barriers' counters reset) and replayed from a CUDA graph. Refusals (M = 3, a
-// norm weight of the wrong size, no steps) leave the output untouched.
-TEST_F(GemmSmallMGpu, ChainEqualsSingleLaunches) {
-  struct S {
-    int64_t m, h, f, nqkv;
-    DType dt;
-  };
-  constexpr float kEps = 1e-5f;
-  // The ring config of the chain's stage shape (16 rows x 2048 k for one token, 1024 for two;
-  // any depth: the same arithmetic).
-  auto ring_config = [](int64_t m) {
-    const std::string shape =
-        "16 rows x " + std::to_string(detail::small_m_chain_stage_k(static_cast<int>(m))) + " k";
-    for (int cfg = 0; cfg < detail::gemm_small_m_num_configs(); ++cfg)
-      if (detail::gemm_small_m_is_ring_config(cfg) &&
-          detail::gemm_small_m_config_name(cfg).find(shape) != std::string::npos)
-        return cfg;
-    return -1;
-  };
-  const DependentLaunchScope dependent(true);
-  for (const S& c : {S{1, 2048, 8192, 3072, DType::bf16}, S{2, 1304, 3000, 1960, DType::f16},
-                     S{1, 1304, 3000, 1960, DType::bf16}, S{2, 2048, 8192, 3072, DType::bf16}}) {
-    SCOPED_TRACE("M=" + std::to_string(c.m) + " H=" + std::to_string(c.h) +
-                 " F=" + std::to_string(c.f) + " qkv=" + std::to_string(c.nqkv) + " " +
-                 dtype_name(c.dt));
-    auto make_dev = [&](const std::vector<int64_t>& shape, double lo, double hi) {
-      DeviceTensor t = alloc(c.dt, shape);
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      std::vector<double> v = rng().uniform(static_cast<size_t>(n), lo, hi);
-      upload_values(t, v);
-      return t;
-    };
-    // Weights scaled so that activations stay O(1) through the layer.
-    const int ring_cfg = ring_config(c.m);
-    ASSERT_GE(ring_cfg, 0);
-    const double sh = 1.0 / std::sqrt(static_cast<double>(c.h));
-    const double sf = 1.0 / std::sqrt(static_cast<double>(c.f));
-    DeviceTensor att = make_dev({c.m, c.h}, -1, 1);
-    DeviceTensor x0 = make_dev({c.m, c.h}, -1, 1);
-    DeviceTensor wo = make_dev({c.h, c.h}, -sh, sh);
-    DeviceTensor wn2 = make_dev({c.h}, 0.5, 1.5);
-    DeviceTensor wup = make_dev({2 * c.f, c.h}, -2 * sh, 2 * sh);
-    DeviceTensor wdown = make_dev({c.h, c.f}, -sf, sf);
-    DeviceTensor wn1 = make_dev({c.h}, -1.5, 1.5);
-    DeviceTensor wqkv = make_dev({c.nqkv, c.h}, -sh, sh);
-    const std::vector<uint8_t> x0_bytes = download_bytes(x0);
-    auto reset_x = [&](DeviceTensor& x) {
-      TESSEL_TEST_CUDA(cudaMemcpyAsync(x.t.data, x0_bytes.data(), x0_bytes.size(),
-                                       cudaMemcpyHostToDevice, stream()));
-      sync();
-    };
-    // Single launches.
-    DeviceTensor x_ref = alloc(c.dt, {c.m, c.h});
-    DeviceTensor ffn_ref = alloc(c.dt, {c.m, 2 * c.f});
-    DeviceTensor qkv_ref = alloc(c.dt, {c.m, c.nqkv});
-    reset_x(x_ref);
-    GemmOptions res;
-    res.c = &x_ref.t;
-    res.beta = 1.f;
-    ASSERT_TRUE(
-        detail::gemm_small_m_with_config(att.t, wo.t, x_ref.t, res, stream(), ring_cfg));
-    ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn2.t, kEps, wup.t, ffn_ref.t, GemmOptions{},
-                                         stream(), ring_cfg));
-    ASSERT_TRUE(
-        detail::gemm_small_m_swiglu(ffn_ref.t, wdown.t, x_ref.t, res, stream(), ring_cfg));
-    ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn1.t, kEps, wqkv.t, qkv_ref.t, GemmOptions{},
-                                         stream(), ring_cfg));
-    sync();
-    const std::vector<uint8_t> want_x = download_bytes(x_ref), want_ffn = download_bytes(ffn_ref),
-                               want_qkv = download_bytes(qkv_ref);
-    // The chain, on fresh poisoned outputs.
-    DeviceTensor x = alloc(c.dt, {c.m, c.h});
-    DeviceTensor ffn = alloc(c.dt, {c.m, 2 * c.f});
-    DeviceTensor qkv = alloc(c.dt, {c.m, c.nqkv});
-    const Tensor x_in = x.t;
-    const detail::SmallMChainStep steps[4] = {
-        {&att.t, &wo.t, &x.t, true},
-        {&x_in, &wup.t, &ffn.t, false, &wn2.t, kEps},
-        {&ffn.t, &wdown.t, &x.t, true, nullptr, 0.f, true},
-        {&x_in, &wqkv.t, &qkv.t, false, &wn1.t, kEps},
-    };
-    for (int rep = 0; rep < 2; ++rep) {
-      SCOPED_TRACE("launch " + std::to_string(rep));
-      reset_x(x);
-      poison(ffn);
-      poison(qkv);
-      ASSERT_TRUE(detail::gemm_small_m_chain(steps, 4, stream()));
-      sync();
-      EXPECT_EQ(download_bytes(ffn), want_ffn);
-      EXPECT_EQ(download_bytes(x), want_x);
-      EXPECT_EQ(download_bytes(qkv), want_qkv);
-    }
-    // A last layer: three steps, qkv left alone.
-    reset_x(x);
-    poison(ffn);
-    poison(qkv);
-    ASSERT_TRUE(detail::gemm_small_m_chain(steps, 3, stream()));
-    sync();
-    EXPECT_EQ(download_bytes(x), want_x);
-    for (uint8_t byte : download_buffer(qkv)) ASSERT_EQ(byte, 0xFF) << "qkv written";
-    // Two chains in one CUDA graph (the second starts from the first's x): replayed twice.
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    TESSEL_TEST_CUDA(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal));
-    const bool captured = detail::gemm_small_m_chain(steps, 4, stream()) &&
-                          detail::gemm_small_m_chain(steps, 4, stream());
-    TESSEL_TEST_CUDA(cudaStreamEndCapture(stream(), &graph));
-    ASSERT_TRUE(captured);
-    TESSEL_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    // The second chain's reference: the singles again from x_ref.
-    ASSERT_TRUE(
-        detail::gemm_small_m_with_config(att.t, wo.t, x_ref.t, res, stream(), ring_cfg));
-    ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn2.t, kEps, wup.t, ffn_ref.t, GemmOptions{},
-                                         stream(), ring_cfg));
-    ASSERT_TRUE(
-        detail::gemm_small_m_swiglu(ffn_ref.t, wdown.t, x_ref.t, res, stream(), ring_cfg));
-    ASSERT_TRUE(detail::gemm_small_m_rms(x_ref.t, wn1.t, kEps, wqkv.t, qkv_ref.t, GemmOptions{},
-                                         stream(), ring_cfg));
-    sync();
-    const std::vector<uint8_t> want_x2 = download_bytes(x_ref), want_qkv2 = download_bytes(qkv_ref);
-    for (int rep = 0; rep < 2; ++rep) {
-      SCOPED_TRACE("graph replay " + std::to_string(rep));
-      reset_x(x);
-      poison(ffn);
-      poison(qkv);
-      TESSEL_TEST_CUDA(cudaGraphLaunch(exec, stream()));
-      sync();
-      EXPECT_EQ(download_bytes(x), want_x2);
-      EXPECT_EQ(download_bytes(qkv), want_qkv2);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-  }
-  // Refused, nothing written: M = 3; a norm weight of K - 8 elements; no steps.
-  DeviceTensor a3 = alloc(DType::bf16, {3, 2048});
-  std::vector<double> a3v = rng().uniform(3 * 2048, -1, 1);
-  upload_values(a3, a3v);
-  DeviceTensor w = alloc(DType::bf16, {2048, 2048});
-  std::vector<double> wv = rng().uniform(2048 * 2048, -1, 1);
-  upload_values(w, wv);
-  DeviceTensor nw = alloc(DType::bf16, {2040});
-  std::vector<double> nwv = rng().uniform(2040, -1, 1);
-  upload_values(nw, nwv);
-  DeviceTensor d3 = alloc(DType::bf16, {3, 2048});
-  const detail::SmallMChainStep m3[1] = {{&a3.t, &w.t, &d3.t}};
-  EXPECT_FALSE(detail::gemm_small_m_chain(m3, 1, stream()));
-  Tensor a1 = a3.t;
-  a1.shape[0] = 1;
-  Tensor d1 = d3.t;
-  d1.shape[0] = 1;
-  const detail::SmallMChainStep bad_norm[1] = {{&a1, &w.t, &d1, false, &nw.t, kEps}};
-  EXPECT_FALSE(detail::gemm_small_m_chain(bad_norm, 1, stream()));
-  EXPECT_FALSE(detail::gemm_small_m_chain(m3, 0, stream()));
-  sync();
-  for (uint8_t byte : download_buffer(d3)) ASSERT_EQ(byte, 0xFF) << "refused but written";
 }
 
 }  // namespace

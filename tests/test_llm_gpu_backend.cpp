@@ -229,11 +229,11 @@ void prefill_then_decode(const ModelConfig& c, uint32_t seed, int min_greedy = 5
 }
 
 TEST_F(LlmGpuBackend, LlamaNeoxMatchesCpu) { prefill_then_decode(small("llama"), 11); }
-// A layer wide enough for the decode chain (detail::gemm_small_m_chain: o projection, MLP and the
-// next layer's qkv in one launch; it needs weights that split into whole 16-row slabs over the
-// SMs): Llama-3.2-1B's layer widths, two layers, decode steps of 2 rows. Its 2048-wide rows
-// leave fewer logits rows with a top-2 gap above 2·tol (3 of 42 on an H200): 2 required.
-TEST_F(LlmGpuBackend, WideLlamaDecodeChainMatchesCpu) {
+// Llama-3.2-1B's layer widths (two layers): the decode GEMMs on the shapes the engine tunes for
+// (whole-slab ring runs over the SMs, the 2048-wide fused norms), decode steps of 2 rows. Its
+// 2048-wide rows leave fewer logits rows with a top-2 gap above 2·tol (3 of 42 on an H200):
+// 2 required.
+TEST_F(LlmGpuBackend, WideLlamaDecodeMatchesCpu) {
   ModelConfig c = small("llama");
   c.hidden_size = 2048;
   c.n_layers = 2;

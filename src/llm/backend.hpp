@@ -174,20 +174,6 @@ class Backend {
     silu_mul_matmul(gate_up, F, act, w_down, bias, tmp);
     add(x, tmp);
   }
-  // The decode layer after its attention in one call where the backend chains it (no biases):
-  //   x += att · w_oᵀ;  ffn = rms_norm(x, ffn_norm) · w_upᵀ;  x += swiglu(ffn) · w_downᵀ
-  // (ffn = [gate | up], F columns each), then with next_norm / next_wqkv the next layer's
-  //   qkv = rms_norm(x, next_norm) · next_wqkvᵀ.
-  // Returns false with nothing done where it does not; the caller then runs matmul_add,
-  // norm_matmul and silu_mul_matmul_add (and the next layer's norm_matmul).
-  virtual bool layer_tail_chain(const Buf& att, const Buf& w_o, const Buf& ffn_norm, float eps,
-                                const Buf& w_up, int64_t F, const Buf& w_down,
-                                const Buf* next_norm, const Buf* next_wqkv, Buf& x, Buf& ffn,
-                                Buf& qkv) {
-    (void)att, (void)w_o, (void)ffn_norm, (void)eps, (void)w_up, (void)F, (void)w_down;
-    (void)next_norm, (void)next_wqkv, (void)x, (void)ffn, (void)qkv;
-    return false;
-  }
   // out[i] = x[rows[i]]
   virtual void gather_rows(const Buf& x, const int64_t* rows, int64_t n, Buf& out) = 0;
 };

@@ -776,39 +776,6 @@ class GpuBackend final : public Backend {
     silu_mul(cols_view(gate_up, 0, F), cols_view(gate_up, F, F), act);
     matmul_add(act, w_down, bias, tmp, x);
   }
-  // The layer after attention as one small-M chain launch (detail::gemm_small_m_chain: o +
-  // residual, RMSNorm + gate|up, SwiGLU + down + residual, the next layer's RMSNorm + qkv): the
-  // weight stream does not stop at the four GEMM boundaries. Rows <= 2 only (the chain's A
-  // staging); TESSEL_GEMM_SMALL_M_CHAIN=0 keeps the separate launches (A/B).
-  bool layer_tail_chain(const Buf& att, const Buf& w_o, const Buf& ffn_norm, float eps,
-                        const Buf& w_up, int64_t F, const Buf& w_down, const Buf* next_norm,
-                        const Buf* next_wqkv, Buf& x, Buf& ffn, Buf& qkv) override {
-    if (!fuse_norm_ || !fuse_swiglu_ || att.rows > 2 || ffn.cols != 2 * F ||
-        (next_norm == nullptr) != (next_wqkv == nullptr))
-      return false;
-    const Tensor a_att = mat(att), wo = mat(w_o), wn2 = vec(ffn_norm), wup = mat(w_up),
-                 wdown = mat(w_down), ffn_in = mat(ffn);
-    Tensor xt = mat(x), ffn_out = mat(ffn), qkv_out = mat(qkv);
-    const Tensor x_in = xt;
-    Tensor wn1, wqkv;
-    detail::SmallMChainStep steps[4];
-    steps[0] = {&a_att, &wo, &xt, true};
-    steps[1] = {&x_in, &wup, &ffn_out, false, &wn2, eps};
-    steps[2] = {&ffn_in, &wdown, &xt, true, nullptr, 0.f, true};
-    int count = 3;
-    if (next_norm) {
-      wn1 = vec(*next_norm);
-      wqkv = mat(*next_wqkv);
-      steps[3] = {&x_in, &wqkv, &qkv_out, false, &wn1, eps};
-      count = 4;
-    }
-    if (!detail::gemm_small_m_chain(steps, count, stream_)) return false;
-    double bytes = 2.0 * static_cast<double>(w_o.rows * w_o.cols + w_up.rows * w_up.cols +
-                                             w_down.rows * w_down.cols);
-    if (next_wqkv) bytes += 2.0 * static_cast<double>(next_wqkv->rows * next_wqkv->cols);
-    mark("layer_tail_chain", bytes, [&] { return dims(att) + " x " + dims(w_o) + " ..."; });
-    return true;
-  }
   void gelu(Buf& x) override {
     Tensor t = mat(x);
     tessel::gelu(t, t, GeluApprox::tanh, stream_);

@@ -485,12 +485,10 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
     const Buf k = b.cols_view(s.qkv, qd, kvd);
     const Buf v = b.cols_view(s.qkv, qd + kvd, kvd);
     Buf qk = b.cols_view(s.qkv, 0, qd + kvd);  // q and k heads are adjacent: one rotation
-    bool qkv_ready = false;  // this layer's qkv came with the previous layer's chain
     for (int64_t li = 0; li < c.n_layers; ++li) {
       const Layer& l = layers_[li];
       if (fused) {
-        if (!qkv_ready) b.norm_matmul(s.x, l.attn_norm, eps, l.wqkv, opt(l.bqkv), s.xn, s.qkv);
-        qkv_ready = false;
+        b.norm_matmul(s.x, l.attn_norm, eps, l.wqkv, opt(l.bqkv), s.xn, s.qkv);
       } else {
         if (li == 0)
           norm(s.x, l.attn_norm, l.attn_norm_b, s.xn);
@@ -506,15 +504,6 @@ std::vector<float> Model::forward_impl(const std::vector<int32_t>& tokens,
         b.attention(li, q, c.n_heads, c.n_kv_heads, c.head_dim, rows, s.att);
       }
       if (fused) {
-        // o projection, MLP and the next layer's qkv in one chain where the backend has it.
-        const Layer* next = li + 1 < c.n_layers ? &layers_[li + 1] : nullptr;
-        if (!l.bo && !l.b_down && !(next && next->bqkv) &&
-            b.layer_tail_chain(s.att, l.wo, l.ffn_norm, eps, l.w_up, F, l.w_down,
-                               next ? &next->attn_norm : nullptr, next ? &next->wqkv : nullptr,
-                               s.x, s.ffn, s.qkv)) {
-          qkv_ready = next != nullptr;
-          continue;
-        }
         b.matmul_add(s.att, l.wo, opt(l.bo), s.proj, s.x);
         b.norm_matmul(s.x, l.ffn_norm, eps, l.w_up, nullptr, s.xn, s.ffn);
         b.silu_mul_matmul_add(s.ffn, F, s.act, l.w_down, opt(l.b_down), s.proj, s.x);

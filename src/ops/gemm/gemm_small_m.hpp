@@ -62,28 +62,6 @@ bool gemm_small_m_swiglu(const Tensor& gate_up, const Tensor& b, Tensor& d, cons
 bool gemm_small_m_rms(const Tensor& a, const Tensor& norm_w, float eps, const Tensor& b,
                       Tensor& d, const GemmOptions& opt, cudaStream_t stream, int config = -1);
 
-// A chain of dependent decode GEMMs in one launch (gemm_small_m_ring.hpp, "chains"): step f + 1
-// may read what step f wrote (its A, its norm rows, its C). Each step is one of
-//   d  = A · Bᵀ                          (norm_w null, gated false)
-//   d  = rms_norm(A, norm_w, eps) · Bᵀ  (norm_w: as gemm_small_m_rms)
-//   d  = (silu(G) ⊙ U) · Bᵀ             (gated: A is the (M, 2K) [G | U] buffer, as gemm_small_m_swiglu)
-// with d += … instead when `residual` (C = D, beta 1). Every step's result equals the ring
-// kernel's config of 16 rows x small_m_chain_stage_k(M) k (2048 for one token, 1024 for two)
-// for the same problem bit for bit (rounding as the fused single launches). Returns false with nothing launched where the chain does not apply: M > 2,
-// B (K,N), mixed dtypes or token counts, a weight whose slabs do not split into whole-slab runs
-// on this GPU, no sync workspace yet under stream capture, more than 4 steps, or
-// TESSEL_GEMM_SMALL_M_CHAIN=0. The caller then runs the steps one launch each.
-struct SmallMChainStep {
-  const Tensor* a = nullptr;
-  const Tensor* b = nullptr;  // (N, K)
-  Tensor* d = nullptr;
-  bool residual = false;
-  const Tensor* norm_w = nullptr;
-  float eps = 0.f;
-  bool gated = false;
-};
-bool gemm_small_m_chain(const SmallMChainStep* steps, int count, cudaStream_t stream);
-
 // Tuning hooks (benchmarks, tests, `tessel tune`): number of candidate configs, a config's
 // description, and a launch with a forced config (-1: the autotuner's choice). Same
 // contract as gemm_small_m.

@@ -85,44 +85,4 @@ size_t small_m_ring_partial_bytes(int m, int grid, int row_groups = 1);
 cudaError_t small_m_ring_launch(const SmallMRingParams& p, int grid, bool bf16,
                                 cudaStream_t stream);
 
-// ---- chains (gemm_small_m_chain.cu) ------------------------------------------------------
-// Several dependent M <= 2 GEMMs in ONE launch of the ring kernel's shape (16-row stages,
-// whole-slab runs): the producer warp streams every phase's weight through one ring
-// without stopping (weights are not outputs), while the A and MMA warps pass a grid-wide
-// barrier between phases (phase f + 1 reads what phase f wrote). The per-slab arithmetic is the
-// ring kernel's (same k split, same warp order): each phase's result equals a ring launch of
-// the same stage shape (small_m_chain_stage_k) bit for bit.
-struct SmallMChainPhase {
-  const void* a;  // as SmallMRingParams (gated: the gate half of [gate | up])
-  int64_t lda;
-  const void* b;
-  int64_t ldb;
-  void* d;
-  int64_t ldd;
-  const void* c;  // beta · C (may be d), or nullptr
-  int64_t ldc;
-  float alpha, beta;
-  int n, k;
-  int out;  // 0 f32, 1 f16, 2 bf16
-  int gated, rms;
-  float rms_eps;
-  const void* norm_w;
-  int grid;  // CTAs taking whole-slab runs of this phase (<= the launch's grid)
-};
-constexpr int kSmallMChainMaxPhases = 4;
-constexpr int kSmallMChainMaxM = 2;  // the SwiGLU / RMSNorm A staging of 1024-k stages
-struct SmallMChainParams {
-  SmallMChainPhase ph[kSmallMChainMaxPhases];
-  int phases;
-  int m;
-  int stages;
-  unsigned* sync;  // [kSmallMChainMaxPhases] grid-barrier counters (zeroed once, never reset)
-};
-// The stage shape the chain kernel uses for m tokens: 16 rows x 2048 k for one token (64 KB
-// stages, the A warps staging one 2048-k slice per stage), 16 x 1024 for two; and the ring depth.
-int small_m_chain_stage_k(int m);
-int small_m_chain_stages(int m);
-cudaError_t small_m_chain_launch(const SmallMChainParams& p, int grid, bool bf16,
-                                 cudaStream_t stream);
-
 }  // namespace tessel::detail
