@@ -598,6 +598,7 @@ class GpuBackend final : public Backend {
         q.ptr == qk.ptr && q.cols == n_heads * head_dim && out.cols == q.cols;
     if (fusable && prefill_kernel_)  // (a run of prefill_min_rows_ may take the tiled kernel)
       for (const Run& r : runs_) fusable = fusable && r.len < prefill_min_rows_;
+    if (fusable && timing_skip_attention_) return;
     if (!fusable)
       return Backend::rope_kv_attention(layer, qk, q, n_heads, n_kv_heads, head_dim, rope_dim,
                                         style, cos, sin, k, v, rows, out);
@@ -960,6 +961,14 @@ class GpuBackend final : public Backend {
   const bool fuse_rope_attention_ = [] {  // TESSEL_FUSE_ROPE_ATTENTION=0: rope_append launch
     const char* e = std::getenv("TESSEL_FUSE_ROPE_ATTENTION");
     return !(e && std::string(e) == "0");
+  }();
+  // TESSEL_TIMING_SKIP_ATTENTION=1: decode steps launch no attention at all (the output rows
+  // keep whatever they held: the generated text is wrong). For timing only: the step time with
+  // and without it is what the attention costs inside a pipelined (graphed, dependent-launch)
+  // step, which per-op profiles cannot show.
+  const bool timing_skip_attention_ = [] {
+    const char* e = std::getenv("TESSEL_TIMING_SKIP_ATTENTION");
+    return e && std::string(e) == "1";
   }();
   const bool fuse_norm_ = [] {  // TESSEL_FUSE_NORM=0: norms and residual adds not in the GEMMs
     const char* e = std::getenv("TESSEL_FUSE_NORM");

@@ -63,6 +63,11 @@ struct KernelArgs {
   // in the stream's zeroed workspace (runtime/workspace.hpp); the last split CTA to finish
   // merges the partials and resets its counter to zero.
   unsigned* tickets;
+  // 1: this launch is the op's last (no combine after it) and lets the next kernel launch
+  // before its own wait (TESSEL_DECODE_EARLY_NEXT=1; A/B). The next kernel still waits for
+  // this grid's completion before it reads the output; what moves is only when its CTAs may
+  // become resident (the o projection's weights stream during the attention).
+  int early_next;
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
@@ -256,8 +261,9 @@ __device__ __forceinline__ uint4 rope_chunk(const KernelArgs& a, const T* head, 
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
+  if (a.early_next) ::tessel::tile::allow_next_grid();
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
-  ::tessel::tile::allow_next_grid();
+  if (!a.early_next) ::tessel::tile::allow_next_grid();
   using T = typename C::T;
   constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
@@ -814,8 +820,9 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 // a.tickets is set).
 template <class T, int DV>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
+  if (a.early_next) ::tessel::tile::allow_next_grid();
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
-  ::tessel::tile::allow_next_grid();
+  if (!a.early_next) ::tessel::tile::allow_next_grid();
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   if (row_id >= rows_global) return;
