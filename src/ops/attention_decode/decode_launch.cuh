@@ -322,6 +322,16 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     const char* e = std::getenv("TESSEL_DECODE_EARLY_NEXT");
     return e && e[0] == '1';
   }();
+  static const bool prefetch_l2 = [] {
+    const char* e = std::getenv("TESSEL_DECODE_PREFETCH");
+    return !(e && e[0] == '0');
+  }();
+  a.prefetch_l2 = prefetch_l2 && !C::KV_SHARED;
+  static const bool combine_serial = [] {
+    const char* e = std::getenv("TESSEL_DECODE_COMBINE_SERIAL");
+    return e && e[0] == '1';
+  }();
+  a.combine_serial = combine_serial;
   const bool combine = splits > 1 && a.tickets == nullptr;
   a.early_next = early_next && !combine;  // the combine launch, if any, takes the early trigger
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
