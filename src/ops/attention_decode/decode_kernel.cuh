@@ -63,13 +63,6 @@ struct KernelArgs {
   // in the stream's zeroed workspace (runtime/workspace.hpp); the last split CTA to finish
   // merges the partials and resets its counter to zero.
   unsigned* tickets;
-  // 1: this launch is the op's last (no combine after it) and lets the next kernel launch
-  // before its own wait (TESSEL_DECODE_EARLY_NEXT=1; A/B). The next kernel still waits for
-  // this grid's completion before it reads the output; what moves is only when its CTAs may
-  // become resident (the o projection's weights stream during the attention).
-  int early_next;
-  int prefetch_l2;     // 1: prefetch_range_l2 before the wait (short ranges)
-  int combine_serial;  // 1: combine_row's former split-after-split loads (A/B)
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
@@ -261,50 +254,10 @@ __device__ __forceinline__ uint4 rope_chunk(const KernelArgs& a, const T* head, 
   return r;
 }
 
-// L2 prefetch of a short range's K and V rows (ranges of <= STAGES tiles: the engine's decode
-// steps, one tile per split) before the kernel waits for the previous grid: under dependent
-// launch this CTA is resident while the q/k/v projection still runs, and the cache rows it will
-// read were written by earlier steps, so their DRAM latency can pass then rather than after the
-// wait. A hint only: the lengths and block table read here may be stale (a previous kernel may
-// still write them), so every address is clamped into the cache (capacity, page ids), and what
-// the kernel computes comes from the loads after the wait. TESSEL_DECODE_PREFETCH=0: off (A/B).
-template <class C>
-__device__ __forceinline__ void prefetch_range_l2(const KernelArgs& a) {
-  using T = typename C::T;
-  const int b = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x / a.row_blocks;
-  const int len = min(max(__ldcg(a.seqlens + b), 0), static_cast<int>(a.capacity));
-  const int per_split = (len + a.num_splits - 1) / a.num_splits;
-  const int chunk = (per_split + C::TILE - 1) / C::TILE * C::TILE;
-  const int begin = split * chunk, end = min(begin + chunk, len);
-  if (end <= begin || end - begin > C::STAGES * C::TILE) return;
-  constexpr uint32_t kRowBytes = C::DQK * sizeof(T), kVRowBytes = C::DV * sizeof(T);
-  for (int idx = threadIdx.x; idx < 2 * (end - begin); idx += C::THREADS) {
-    const int pos = begin + idx / 2;
-    const bool isv = idx & 1;
-    const T* row;
-    if constexpr (C::PAGED) {
-      const int j = pos / a.page_size;
-      const int pg = __ldcg(a.block_table + b * a.bt_stride + j);
-      if (pg < 0 || pg >= a.num_pages) continue;
-      row = static_cast<const T*>(isv ? a.v : a.k) + pg * (isv ? a.v_sb : a.k_sb) +
-            (pos - j * a.page_size) * (isv ? a.v_st : a.k_st) + kvh * (isv ? a.v_sh : a.k_sh);
-    } else {
-      row = static_cast<const T*>(isv ? a.v : a.k) + b * (isv ? a.v_sb : a.k_sb) +
-            static_cast<int64_t>(pos) * (isv ? a.v_st : a.k_st) + kvh * (isv ? a.v_sh : a.k_sh);
-    }
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row),
-                 "r"(isv ? kVRowBytes : kRowBytes)
-                 : "memory");
-  }
-}
-
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
-  if (a.early_next) ::tessel::tile::allow_next_grid();
-  if constexpr (!C::KV_SHARED)
-    if (a.prefetch_l2) prefetch_range_l2<C>(a);
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
-  if (!a.early_next) ::tessel::tile::allow_next_grid();
+  ::tessel::tile::allow_next_grid();
   using T = typename C::T;
   constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
@@ -818,8 +771,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 // 16 splits of one tile each): the loads are issued in rounds rather than split after split —
 // the log2-sum-exps of 32 splits per round (lane i: split i), then the partial rows of CH
 // splits per round, so a merge of S splits waits for 1 + ceil(S / CH) L2 round trips instead of
-// ~2 per split (at 16 splits the split-by-split loop kept the engine's decode step waiting
-// several microseconds per layer).
+// up to two per split (H200, engine decode at batch 1: 1B +1.1 %, 8B +0.5 %; docs/engine_gpu.md,
+// session 25).
 template <class T, int DV>
 __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id, int lane) {
   constexpr int PER = DV / 32;
@@ -832,58 +785,37 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 #pragma unroll
   for (int j = 0; j < PER; ++j) acc[j] = 0.f;
   float wsum = 0.f;
-  if (a.combine_serial) {  // TESSEL_DECODE_COMBINE_SERIAL=1: split after split (A/B)
-    for (int i = 0; i < S; ++i) {
-      const float l = __ldcg(a.part_lse + i * rows_global + row_id);
-      nan |= isnan(l);
-      mx = fmaxf(mx, l);
+  for (int i0 = 0; i0 < S; i0 += 32) {
+    const float l =
+        i0 + lane < S ? __ldcg(a.part_lse + (i0 + lane) * rows_global + row_id) : -INFINITY;
+    nan |= isnan(l);
+    mx = fmaxf(mx, l);
+  }
+  nan = __any_sync(0xffffffffu, nan);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  for (int i0 = 0; i0 < S && !nan; i0 += CH) {
+    float l[CH];
+    float2 v[CH][PER / 2];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int i = i0 + u;
+      l[u] = i < S ? __ldcg(a.part_lse + i * rows_global + row_id) : -INFINITY;
+      const float* src = a.part_o + (int64_t{i < S ? i : 0} * rows_global + row_id) * DV;
+#pragma unroll
+      for (int j = 0; j < PER; j += 2)
+        v[u][j / 2] = i < S ? __ldcg(reinterpret_cast<const float2*>(src + 2 * lane + 32 * j))
+                            : make_float2(0.f, 0.f);
     }
-    for (int i = 0; i < S && !nan; ++i) {
-      const float l = __ldcg(a.part_lse + i * rows_global + row_id);
-      if (l == -INFINITY) continue;
-      const float w = exp2f(l - mx);
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      if (l[u] == -INFINITY) continue;  // an empty split (or past S)
+      const float w = exp2f(l[u] - mx);
       wsum += w;
-      const float* src = a.part_o + (i * rows_global + row_id) * DV;
 #pragma unroll
       for (int j = 0; j < PER; j += 2) {
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(src + 2 * lane + 32 * j));
-        acc[j] += w * v.x;
-        acc[j + 1] += w * v.y;
-      }
-    }
-  } else {
-    for (int i0 = 0; i0 < S; i0 += 32) {
-      const float l =
-          i0 + lane < S ? __ldcg(a.part_lse + (i0 + lane) * rows_global + row_id) : -INFINITY;
-      nan |= isnan(l);
-      mx = fmaxf(mx, l);
-    }
-    nan = __any_sync(0xffffffffu, nan);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    for (int i0 = 0; i0 < S && !nan; i0 += CH) {
-      float l[CH];
-      float2 v[CH][PER / 2];
-#pragma unroll
-      for (int u = 0; u < CH; ++u) {
-        const int i = i0 + u;
-        l[u] = i < S ? __ldcg(a.part_lse + i * rows_global + row_id) : -INFINITY;
-        const float* src = a.part_o + (int64_t{i < S ? i : 0} * rows_global + row_id) * DV;
-#pragma unroll
-        for (int j = 0; j < PER; j += 2)
-          v[u][j / 2] = i < S ? __ldcg(reinterpret_cast<const float2*>(src + 2 * lane + 32 * j))
-                              : make_float2(0.f, 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < CH; ++u) {
-        if (l[u] == -INFINITY) continue;  // an empty split (or past S)
-        const float w = exp2f(l[u] - mx);
-        wsum += w;
-#pragma unroll
-        for (int j = 0; j < PER; j += 2) {
-          acc[j] += w * v[u][j / 2].x;
-          acc[j + 1] += w * v[u][j / 2].y;
-        }
+        acc[j] += w * v[u][j / 2].x;
+        acc[j + 1] += w * v[u][j / 2].y;
       }
     }
   }
@@ -905,9 +837,8 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 // a.tickets is set).
 template <class T, int DV>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
-  if (a.early_next) ::tessel::tile::allow_next_grid();
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
-  if (!a.early_next) ::tessel::tile::allow_next_grid();
+  ::tessel::tile::allow_next_grid();
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   if (row_id >= rows_global) return;

@@ -299,16 +299,15 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     // the in-kernel merge measured 3% slower at batch 16 and no faster at batch 1): a separate
     // combine launch.
     // TESSEL_DECODE_MERGE=0: always the combine launch (A/B, debugging).
-    // TESSEL_DECODE_MERGE=2: merge in the kernel whenever the grid is one wave (A/B).
-    static const int merge_mode = [] {
+    static const bool merge_allowed = [] {
       const char* e = std::getenv("TESSEL_DECODE_MERGE");
-      return e && e[0] == '0' ? 0 : e && e[0] == '2' ? 2 : 1;
+      return !(e && e[0] == '0');
     }();
     const int64_t plan = a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity;
     const bool merge_in_kernel =
-        merge_mode > 0 &&
+        merge_allowed &&
         static_cast<int64_t>(splits) * base <= int64_t{detail::current_sm_count()} * ctas_per_sm &&
-        (merge_mode == 2 || plan / splits >= 8 * C::TILE);
+        plan / splits >= 8 * C::TILE;
     a.tickets = merge_in_kernel ? static_cast<unsigned*>(detail::stream_workspace(
                                       stream, static_cast<size_t>(base) * sizeof(unsigned)))
                                 : nullptr;
@@ -318,29 +317,12 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     a.tickets = nullptr;
   }
   set_kv_maps<C>(a);
-  static const bool early_next = [] {
-    const char* e = std::getenv("TESSEL_DECODE_EARLY_NEXT");
-    return e && e[0] == '1';
-  }();
-  static const bool prefetch_l2 = [] {
-    const char* e = std::getenv("TESSEL_DECODE_PREFETCH");
-    return !(e && e[0] == '0');
-  }();
-  a.prefetch_l2 = prefetch_l2 && !C::KV_SHARED;
-  static const bool combine_serial = [] {
-    const char* e = std::getenv("TESSEL_DECODE_COMBINE_SERIAL");
-    return e && e[0] == '1';
-  }();
-  a.combine_serial = combine_serial;
-  const bool combine = splits > 1 && a.tickets == nullptr;
-  a.early_next = early_next && !combine;  // the combine launch, if any, takes the early trigger
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
       detail::launch_dependent(decode_kernel<C>, grid, dim3(C::THREADS), C::SMEM, stream, a));
   detail::check_launch(op);
-  if (combine) {
-    a.early_next = early_next;
+  if (splits > 1 && a.tickets == nullptr) {
     TESSEL_CUDA_CHECK(detail::launch_dependent(combine_kernel<typename C::T, C::DV>,
                                                dim3(static_cast<unsigned>((rows_global + 7) / 8)),
                                                dim3(256), 0, stream, a));
