@@ -63,7 +63,6 @@ struct KernelArgs {
   // in the stream's zeroed workspace (runtime/workspace.hpp); the last split CTA to finish
   // merges the partials and resets its counter to zero.
   unsigned* tickets;
-  int timing_empty;  // TESSEL_TIMING_DECODE=empty*: return after the wait (timing only)
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
@@ -259,7 +258,6 @@ template <class C>
 __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constant__ KernelArgs a) {
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
   ::tessel::tile::allow_next_grid();
-  if (a.timing_empty) return;
   using T = typename C::T;
   constexpr int ROWS = C::ROWS, MT = C::MT, NW = C::NW, TILE = C::TILE, STAGES = C::STAGES;
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;

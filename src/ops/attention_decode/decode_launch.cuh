@@ -317,20 +317,12 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     a.tickets = nullptr;
   }
   set_kv_maps<C>(a);
-  // TESSEL_TIMING_DECODE (timing only, the output is wrong): "empty" returns after the wait,
-  // "nocombine" skips the combine launch, "empty_nocombine" both.
-  static const std::string timing = [] {
-    const char* e = std::getenv("TESSEL_TIMING_DECODE");
-    return std::string(e ? e : "");
-  }();
-  a.timing_empty = timing.rfind("empty", 0) == 0;
-  const bool timing_nocombine = timing.find("nocombine") != std::string::npos;
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
       detail::launch_dependent(decode_kernel<C>, grid, dim3(C::THREADS), C::SMEM, stream, a));
   detail::check_launch(op);
-  if (splits > 1 && a.tickets == nullptr && !timing_nocombine) {
+  if (splits > 1 && a.tickets == nullptr) {
     TESSEL_CUDA_CHECK(detail::launch_dependent(combine_kernel<typename C::T, C::DV>,
                                                dim3(static_cast<unsigned>((rows_global + 7) / 8)),
                                                dim3(256), 0, stream, a));
