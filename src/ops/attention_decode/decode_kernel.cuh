@@ -25,7 +25,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -64,9 +63,7 @@ struct KernelArgs {
   // in the stream's zeroed workspace (runtime/workspace.hpp); the last split CTA to finish
   // merges the partials and resets its counter to zero.
   unsigned* tickets;
-  // 1: the prologue as before session 25 — Q staged, the new rows appended and fenced, then the
-  // tiles loaded (TESSEL_DECODE_PROLOGUE=old, A/B); 0: see decode_kernel.
-  int old_prologue;
+  int q_early;  // 1: Q staged before the first tiles' loads (TESSEL_DECODE_Q_EARLY=1, A/B)
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
@@ -314,9 +311,10 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   };
 
   // ---- Q rows of this CTA into shared memory (zero rows past rows_total) ----
-  // Staged after the first tiles' loads are issued: Q is read only after the first tile's wait
-  // and barrier, so its L2 round trip (and RoPE) overlaps the tile's instead of preceding it
-  // (the engine's decode steps: one tile per CTA, latency-bound).
+  // Staged after the first tiles' loads are issued (a.q_early = 0): Q is read only after the
+  // first tile's wait and barrier, so its L2 round trip (and RoPE) overlaps the tile's instead
+  // of preceding it — one round trip off every CTA's latency (the engine's decode steps: one
+  // tile per CTA). TESSEL_DECODE_Q_EARLY=1: staged first, as before (A/B).
   auto stage_q = [&] {
     for (int idx = tid; idx < ROWS * CPR_K; idx += C::THREADS) {
       const int r = idx / CPR_K, c = idx - r * CPR_K;
@@ -338,58 +336,38 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       s_q[swz<CPR_K>(r, c)] = v;
     }
   };
-  if (a.old_prologue) stage_q();
-  // The fused append: this range's new tokens (positions len − Sq .. len − 1) into the cache,
-  // k rotated. Where every tile of the range is loaded by cp.async in the prologue (the engine's
-  // decode steps), the new rows are not loaded back: the tile loads skip them and the append,
-  // issued after those loads, also writes them into the tiles' shared memory — their L2 round
-  // trip overlaps the tiles' and no fence precedes the loads (the cache stores are for later
-  // launches). Otherwise (TMA, longer ranges, TESSEL_DECODE_PROLOGUE=old) the rows are appended
-  // and fenced before any load, which then reads them back (visible at the barrier below; the
-  // fence orders the stores before TMA reads too).
-  const int first_new = len_ok - a.sq;
-  const int p0 = max(begin, max(first_new, 0));
-  const int n_new = !C::KV_SHARED && a.rope_half > 0 && end > p0 ? end - p0 : 0;
-  const bool patch = !a.old_prologue && !use_tma && ntiles <= STAGES - 1;
-  const int skip_from = patch && n_new > 0 ? p0 : INT_MAX;  // positions the tile loads skip
-  auto append = [&](bool to_smem) {
-    if constexpr (!C::KV_SHARED) {
-      for (int idx = tid; idx < n_new * 2 * CPR_K; idx += C::THREADS) {
-        const int pos = p0 + idx / (2 * CPR_K), rem = idx % (2 * CPR_K);
-        const bool isv = rem >= CPR_K;
-        const int c = isv ? rem - CPR_K : rem, s = pos - first_new;
-        T* dst;
-        if constexpr (C::PAGED) {
-          const int j = pos / a.page_size;
-          const int pg = a.block_table[b * a.bt_stride + j];
-          if (pg < 0 || pg >= a.num_pages) continue;  // (`bad` is set by the tile's page lookup)
-          dst = const_cast<T*>(static_cast<const T*>(isv ? a.v : a.k)) +
-                pg * (isv ? a.v_sb : a.k_sb) + (pos - j * a.page_size) * (isv ? a.v_st : a.k_st) +
-                kvh * (isv ? a.v_sh : a.k_sh);
-        } else {
-          dst = const_cast<T*>(static_cast<const T*>(isv ? a.v : a.k)) +
-                b * (isv ? a.v_sb : a.k_sb) + static_cast<int64_t>(pos) * (isv ? a.v_st : a.k_st) +
-                kvh * (isv ? a.v_sh : a.k_sh);
-        }
-        const uint4 val =
-            isv ? __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.new_v) +
-                                                       b * a.nv_sb + s * a.nv_ss + kvh * a.nv_sh +
-                                                       c * 8))
-                : rope_chunk<T>(
-                      a, static_cast<const T*>(a.new_k) + b * a.nk_sb + s * a.nk_ss + kvh * a.nk_sh,
-                      c, static_cast<int64_t>(b) * a.sq + s);
-        *reinterpret_cast<uint4*>(dst + c * 8) = val;
-        if (to_smem) {  // the row's slot in the tile that holds it (loaded in the prologue)
-          int i = (pos - begin) / TILE - rot;
-          if (i < 0) i += ntiles;
-          uint4* sk = s_kv + i * C::STAGE_CHUNKS + (isv ? TILE * CPR_K : 0);
-          sk[kv_idx<TILE>((pos - begin) % TILE, c)] = val;
-        }
+  if (a.q_early) stage_q();
+  if constexpr (!C::KV_SHARED) {
+    // The fused append: this range's new tokens (positions len − Sq .. len − 1) into the cache,
+    // k rotated, before the loads below read them back (visible to them at the barrier below;
+    // the fence orders the stores before TMA reads too).
+    const int first_new = len_ok - a.sq;
+    const int p0 = max(begin, max(first_new, 0));
+    const int n_new = a.rope_half > 0 && end > p0 ? end - p0 : 0;
+    for (int idx = tid; idx < n_new * 2 * CPR_K; idx += C::THREADS) {
+      const int pos = p0 + idx / (2 * CPR_K), rem = idx % (2 * CPR_K);
+      const bool isv = rem >= CPR_K;
+      const int c = isv ? rem - CPR_K : rem, s = pos - first_new;
+      T* dst;
+      if constexpr (C::PAGED) {
+        const int j = pos / a.page_size;
+        const int pg = a.block_table[b * a.bt_stride + j];
+        if (pg < 0 || pg >= a.num_pages) continue;  // (`bad` is set by the tile's page lookup)
+        dst = const_cast<T*>(static_cast<const T*>(isv ? a.v : a.k)) +
+              pg * (isv ? a.v_sb : a.k_sb) + (pos - j * a.page_size) * (isv ? a.v_st : a.k_st) +
+              kvh * (isv ? a.v_sh : a.k_sh);
+      } else {
+        dst = const_cast<T*>(static_cast<const T*>(isv ? a.v : a.k)) + b * (isv ? a.v_sb : a.k_sb) +
+              static_cast<int64_t>(pos) * (isv ? a.v_st : a.k_st) + kvh * (isv ? a.v_sh : a.k_sh);
       }
+      const uint4 val =
+          isv ? __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.new_v) + b * a.nv_sb +
+                                                     s * a.nv_ss + kvh * a.nv_sh + c * 8))
+              : rope_chunk<T>(
+                    a, static_cast<const T*>(a.new_k) + b * a.nk_sb + s * a.nk_ss + kvh * a.nk_sh,
+                    c, static_cast<int64_t>(b) * a.sq + s);
+      *reinterpret_cast<uint4*>(dst + c * 8) = val;
     }
-  };
-  if (!patch) {
-    append(false);
     if (n_new > 0) {
       __threadfence();
       asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -477,7 +455,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           vrow =
               in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
         }
-        if (t0 + t >= skip_from && t0 + t < end) continue;  // a new row: the append writes it
         cp_async16(sk + kv_idx<TILE>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
         cp_async16(sv + kv_idx<TILE>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
       }
@@ -495,7 +472,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     } else {
       for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
         const int t = idx / CPR_K, c = idx - t * CPR_K;
-        if (t0 + t >= skip_from && t0 + t < end) continue;  // a new row: the append writes it
         const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
         cp_async16(sk + kv_idx<TILE>(t, c), row ? row + c * 8 : a.k, row != nullptr);
       }
@@ -503,7 +479,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         uint4* sv = sk + TILE * CPR_K;
         for (int idx = tid; idx < TILE * CPR_V; idx += C::THREADS) {
           const int t = idx / CPR_V, c = idx - t * CPR_V;
-          if (t0 + t >= skip_from && t0 + t < end) continue;
           const T* row = row_of(a.v, a.v_sb, a.v_st, a.v_sh, t);
           cp_async16(sv + kv_idx<TILE>(t, c), row ? row + c * 8 : a.v, row != nullptr);
         }
@@ -541,8 +516,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     if (st < ntiles) load_tile(st, tile_start(st));
     cp_async_commit();
   }
-  if (patch) append(true);  // visible at the first tile's barrier, like Q
-  if (!a.old_prologue) stage_q();
+  if (!a.q_early) stage_q();  // visible at the first tile's barrier
 
   const int lrow = lane & 7, lmat = lane >> 3;
   for (int it = 0; it < ntiles; ++it) {
