@@ -63,7 +63,6 @@ struct KernelArgs {
   // in the stream's zeroed workspace (runtime/workspace.hpp); the last split CTA to finish
   // merges the partials and resets its counter to zero.
   unsigned* tickets;
-  int q_early;  // 1: Q staged before the first tiles' loads (TESSEL_DECODE_Q_EARLY=1, A/B)
   int batch, sq, hq, hkv, group, rows_total, row_blocks, num_splits;
   float scale_log2;      // scale·log2(e) (no softcap)
   float scale_over_cap;  // scale / softcap
@@ -311,32 +310,25 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   };
 
   // ---- Q rows of this CTA into shared memory (zero rows past rows_total) ----
-  // Staged after the first tiles' loads are issued (a.q_early = 0): Q is read only after the
-  // first tile's wait and barrier, so its L2 round trip (and RoPE) overlaps the tile's instead
-  // of preceding it — one round trip off every CTA's latency (the engine's decode steps: one
-  // tile per CTA). TESSEL_DECODE_Q_EARLY=1: staged first, as before (A/B).
-  auto stage_q = [&] {
-    for (int idx = tid; idx < ROWS * CPR_K; idx += C::THREADS) {
-      const int r = idx / CPR_K, c = idx - r * CPR_K;
-      const int grow = rb * ROWS + r;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (grow < a.rows_total) {
-        const int s = grow / a.group, hq = kvh * a.group + (grow - s * a.group);
-        const T* src;
-        if (c < C::DQ0 / 8)
-          src = static_cast<const T*>(a.q0) + b * a.q0_sb + s * a.q0_ss + hq * a.q0_sh + c * 8;
-        else
-          src = static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss + hq * a.q1_sh +
-                (c - C::DQ0 / 8) * 8;
-        if (!C::KV_SHARED && a.rope_half > 0)
-          v = rope_chunk<T>(a, src - c * 8, c, static_cast<int64_t>(b) * a.sq + s);
-        else
-          v = __ldg(reinterpret_cast<const uint4*>(src));
-      }
-      s_q[swz<CPR_K>(r, c)] = v;
+  for (int idx = tid; idx < ROWS * CPR_K; idx += C::THREADS) {
+    const int r = idx / CPR_K, c = idx - r * CPR_K;
+    const int grow = rb * ROWS + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (grow < a.rows_total) {
+      const int s = grow / a.group, hq = kvh * a.group + (grow - s * a.group);
+      const T* src;
+      if (c < C::DQ0 / 8)
+        src = static_cast<const T*>(a.q0) + b * a.q0_sb + s * a.q0_ss + hq * a.q0_sh + c * 8;
+      else
+        src = static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss + hq * a.q1_sh +
+              (c - C::DQ0 / 8) * 8;
+      if (!C::KV_SHARED && a.rope_half > 0)
+        v = rope_chunk<T>(a, src - c * 8, c, static_cast<int64_t>(b) * a.sq + s);
+      else
+        v = __ldg(reinterpret_cast<const uint4*>(src));
     }
-  };
-  if (a.q_early) stage_q();
+    s_q[swz<CPR_K>(r, c)] = v;
+  }
   if constexpr (!C::KV_SHARED) {
     // The fused append: this range's new tokens (positions len − Sq .. len − 1) into the cache,
     // k rotated, before the loads below read them back (visible to them at the barrier below;
@@ -516,7 +508,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     if (st < ntiles) load_tile(st, tile_start(st));
     cp_async_commit();
   }
-  if (!a.q_early) stage_q();  // visible at the first tile's barrier
 
   const int lrow = lane & 7, lmat = lane >> 3;
   for (int it = 0; it < ntiles; ++it) {

@@ -317,11 +317,6 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     a.tickets = nullptr;
   }
   set_kv_maps<C>(a);
-  static const bool q_early = [] {
-    const char* e = std::getenv("TESSEL_DECODE_Q_EARLY");
-    return e && e[0] == '1';
-  }();
-  a.q_early = q_early;
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
