@@ -212,7 +212,7 @@ __device__ __forceinline__ int2 page_of(const KernelArgs& a, int b, int pos, int
 }
 
 template <class T, int DV>
-__device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id, int lane);
+__device__ __forceinline__ void combine_row_serial(const KernelArgs& a, int64_t row_id, int lane);
 
 // 16-byte chunk c of a head row (`head`: its first element) of call row `row` (b·Sq + s), rotated
 // by a.rope_cos / a.rope_sin where it holds rotary dims (the fused RoPE, see KernelArgs).
@@ -762,8 +762,62 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
     const int grow = rb * ROWS + row;
     if (grow >= a.rows_total) break;
     const int s = grow / a.group, hq = kvh * a.group + (grow - s * a.group);
-    combine_row<T, C::DV>(a, (static_cast<int64_t>(b) * a.sq + s) * a.hq + hq, lane);
+    combine_row_serial<T, C::DV>(a, (static_cast<int64_t>(b) * a.sq + s) * a.hq + hq, lane);
   }
+}
+
+// Writes output row `row_id` (and its lse) from the merged sums of one warp (combine_row,
+// combine_row_serial).
+template <class T, int DV>
+__device__ __forceinline__ void store_merged_row(const KernelArgs& a, int64_t row_id, int lane,
+                                                 const float (&acc)[DV / 32], float wsum, float mx,
+                                                 bool nan) {
+  constexpr int PER = DV / 32;
+  const float inv = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff) : 1.f / wsum;
+  const int hq = static_cast<int>(row_id % a.hq);
+  const int64_t bs = row_id / a.hq;
+  const int s = static_cast<int>(bs % a.sq), b = static_cast<int>(bs / a.sq);
+  T* dst = static_cast<T*>(a.out) + b * a.o_sb + s * a.o_ss + hq * a.o_sh;
+#pragma unroll
+  for (int j = 0; j < PER; j += 2)
+    *reinterpret_cast<uint32_t*>(dst + 2 * lane + 32 * j) =
+        pack2<T>(acc[j] * inv, acc[j + 1] * inv);
+  if (a.lse != nullptr && lane == 0)
+    a.lse[row_id] = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff)
+                                           : (mx + log2f(wsum)) * 0.69314718055994531f;
+}
+
+// One warp merges row `row_id` split after split (the attention kernels' in-kernel merges: few
+// registers; the same bits as combine_row).
+template <class T, int DV>
+__device__ __forceinline__ void combine_row_serial(const KernelArgs& a, int64_t row_id, int lane) {
+  constexpr int PER = DV / 32;
+  const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
+  float mx = -INFINITY;
+  bool nan = false;
+  for (int i = 0; i < a.num_splits; ++i) {
+    const float l = __ldcg(a.part_lse + i * rows_global + row_id);
+    nan |= isnan(l);
+    mx = fmaxf(mx, l);
+  }
+  float acc[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+  float wsum = 0.f;
+  for (int i = 0; i < a.num_splits && !nan; ++i) {
+    const float l = __ldcg(a.part_lse + i * rows_global + row_id);
+    if (l == -INFINITY) continue;
+    const float w = exp2f(l - mx);
+    wsum += w;
+    const float* src = a.part_o + (i * rows_global + row_id) * DV;
+#pragma unroll
+    for (int j = 0; j < PER; j += 2) {
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(src + 2 * lane + 32 * j));
+      acc[j] += w * v.x;
+      acc[j + 1] += w * v.y;
+    }
+  }
+  store_merged_row<T, DV>(a, row_id, lane, acc, wsum, mx, nan);
 }
 
 // One warp merges the splits' (normalized O, log2-sum-exp) pairs of output row `row_id`, in
@@ -773,6 +827,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 // splits per round, so a merge of S splits waits for 1 + ceil(S / CH) L2 round trips instead of
 // up to two per split (H200, engine decode at batch 1: 1B +1.1 %, 8B +0.5 %; docs/engine_gpu.md,
 // session 25).
+// (combine_kernel only: inlined into the attention kernels' in-kernel merges, the rows in flight
+// raised their registers — the 1B decode kernel 60 -> 72 — so those keep combine_row_serial.)
 template <class T, int DV>
 __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id, int lane) {
   constexpr int PER = DV / 32;
@@ -819,18 +875,7 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
       }
     }
   }
-  const float inv = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff) : 1.f / wsum;
-  const int hq = static_cast<int>(row_id % a.hq);
-  const int64_t bs = row_id / a.hq;
-  const int s = static_cast<int>(bs % a.sq), b = static_cast<int>(bs / a.sq);
-  T* dst = static_cast<T*>(a.out) + b * a.o_sb + s * a.o_ss + hq * a.o_sh;
-#pragma unroll
-  for (int j = 0; j < PER; j += 2)
-    *reinterpret_cast<uint32_t*>(dst + 2 * lane + 32 * j) =
-        pack2<T>(acc[j] * inv, acc[j + 1] * inv);
-  if (a.lse != nullptr && lane == 0)
-    a.lse[row_id] = (nan || !(wsum > 0.f)) ? __int_as_float(0x7fffffff)
-                                           : (mx + log2f(wsum)) * 0.69314718055994531f;
+  store_merged_row<T, DV>(a, row_id, lane, acc, wsum, mx, nan);
 }
 
 // One warp per output row (a separate launch; decode_kernel merges in its last split CTA when

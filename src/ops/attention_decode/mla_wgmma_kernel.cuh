@@ -725,7 +725,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int grow = rb * kRows + row;
     if (grow >= a.rows_total) break;
     const int s = grow / a.group, h = grow - s * a.group;
-    combine_row<T, kLatent>(a, (static_cast<int64_t>(b) * a.sq + s) * a.hq + h, lane);
+    combine_row_serial<T, kLatent>(a, (static_cast<int64_t>(b) * a.sq + s) * a.hq + h, lane);
   }
 }
 
