@@ -8,9 +8,6 @@ namespace tessel {
 namespace {
 
 using namespace tessel::tile;
-constexpr int kWarps = detail::kTransposeWarps;
-using detail::MicroTile;
-using detail::transpose_tile_kernel;
 
 template <class U>
 __global__ void __launch_bounds__(256)
@@ -43,20 +40,17 @@ void launch(const Tensor& src, const detail::Rows& s, Tensor& dst, int64_t dst_p
                       s.pitch % V == 0 && dst_pitch % V == 0;
   if constexpr (sizeof(U) >= 2) {
     if (vec_ok) {
-      const int64_t col_tiles = ceil_div(s.cols, MicroTile<U>::kCols);
-      const int64_t tiles = ceil_div(s.rows, MicroTile<U>::kRows) * col_tiles;
-      transpose_tile_kernel<U>
-        <<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), kWarps * 32, 0, stream>>>(
-            sp, dp, s.rows, s.cols, s.pitch, dst_pitch, col_tiles, tiles);
+      detail::launch_transpose_tiles<U>(sp, dp, s.rows, s.cols, s.pitch, dst_pitch, 0, 0, 1,
+                                        stream);
       return;
     }
   }
   {
     const int64_t col_tiles = ceil_div(s.cols, 32);
     const int64_t tiles = ceil_div(s.rows, 32) * col_tiles;
-    transpose_smem_kernel<U><<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), 256,
-                               0, stream>>>(sp, dp, s.rows, s.cols, s.pitch, dst_pitch, col_tiles,
-                                            tiles);
+    transpose_smem_kernel<U>
+        <<<static_cast<unsigned>(std::min<int64_t>(tiles, max_blocks)), 256, 0, stream>>>(
+            sp, dp, s.rows, s.cols, s.pitch, dst_pitch, col_tiles, tiles);
   }
 }
 
@@ -70,8 +64,9 @@ void transpose(const Tensor& src, Tensor& dst, cudaStream_t stream) {
   chk.rank_in("dst", dst, 2, 2);
   chk.same_dtype("dst", dst, "src", src);
   if (dst.shape[0] != src.shape[1] || dst.shape[1] != src.shape[0])
-    chk.fail("dst", "shape (" + std::to_string(src.shape[1]) + ", " + std::to_string(src.shape[0]) +
-                        ") (src transposed)",
+    chk.fail("dst",
+             "shape (" + std::to_string(src.shape[1]) + ", " + std::to_string(src.shape[0]) +
+                 ") (src transposed)",
              "shape " + detail::dims_string(dst));
   const detail::Rows s = chk.rows("src", src);
   const detail::Rows d = chk.rows("dst", dst);

@@ -1,52 +1,69 @@
-// Vectorized tile transpose shared by transpose (2-D) and transpose_batched (3-D): a block
-// owns a (8V x 32V) source tile, V = 16 / element bytes. Each thread loads a VxV micro-tile as
-// V 16-byte row vectors and transposes it in registers; the V column vectors go to a
-// shared-memory tile laid out as destination rows of 128 bytes, 16-byte chunks XOR-swizzled so
-// both the scattered writes and the row reads are conflict-free; the block then writes whole
-// 128-byte destination row segments. Needs 16-byte aligned bases, pitches and batch strides.
+// Vectorized tile transpose shared by transpose (2-D) and transpose_batched (3-D). A block of
+// 256 threads owns a (RG·V x CG·V) source tile, V = 16 / element bytes, RG · CG = 256: thread
+// (rg, cg) loads the VxV micro-tile at source rows rg·V.., cols cg·V.. as V 16-byte row vectors
+// and transposes it in registers; the V column vectors go to a shared-memory tile laid out as
+// destination rows of RG·16 bytes, 16-byte chunks XOR-swizzled so both the scattered writes
+// and the row reads are conflict-free; the block then writes whole RG·16-byte destination row
+// segments. Needs 16-byte aligned bases, pitches and batch strides.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <cute/swizzle.hpp>
 
 #include "ops/rows.cuh"
+#include "runtime/check.hpp"  // current_sm_count
 
 namespace tessel::detail {
 
-constexpr int kTransposeWarps = 8;
+constexpr int kTransposeThreads = 256;
 
-template <class U>
+template <class U, int RG>
 struct MicroTile {
   static constexpr int V = 16 / sizeof(U);
-  static constexpr int kRows =
-      kTransposeWarps * V;              // source rows per tile (= 8 chunks of a dst row)
-  static constexpr int kCols = 32 * V;  // source cols per tile (= dst rows in smem)
+  static constexpr int kRowGroups = RG;                      // V-row groups (chunks per dst row)
+  static constexpr int kColGroups = kTransposeThreads / RG;  // V-column groups
+  static constexpr int kRows = RG * V;                       // source rows per tile
+  static constexpr int kCols = kColGroups * V;               // source cols per tile (= dst rows)
+  static constexpr int kRowBytes = RG * 16;                  // a destination row in smem
   static constexpr int kLogV = V == 2 ? 1 : V == 4 ? 2 : 3;
-  // Byte offset of 16-byte chunk `chunk` of smem dst row `row`: row r's chunks are XOR-ed
-  // with bits (r / V) % 8, which differ across the 8 lanes that write one chunk column.
-  using Swizzle = cute::Swizzle<3, 4, 3 + kLogV>;
+  static constexpr int kLogRG = RG == 8 ? 3 : RG == 16 ? 4 : 5;
+  static_assert(RG == 8 || RG == 16 || RG == 32, "8, 16 or 32 row groups");
+  // Byte offset of 16-byte chunk `chunk` of smem dst row `row`: the chunk's low 3 bits are
+  // XOR-ed with bits (row / V) % 8, which differ across the 8 lanes of a quarter warp that
+  // write one chunk column (consecutive cg).
+  using Swizzle = cute::Swizzle<3, 4, kLogRG + kLogV>;
   __device__ __forceinline__ static int offset(int row, int chunk) {
-    return Swizzle{}(row * 128 + chunk * 16);
+    return Swizzle{}(row * kRowBytes + chunk * 16);
   }
 };
 
-template <class U>
-__global__ void __launch_bounds__(kTransposeWarps * 32, 3)
+template <class U, int RG>
+__global__ void __launch_bounds__(kTransposeThreads, 3)
     transpose_tile_kernel(const U* __restrict__ src_all, U* __restrict__ dst_all, int64_t rows,
-                          int64_t cols, int64_t src_pitch, int64_t dst_pitch, int64_t col_tiles,
-                          int64_t tiles, int64_t src_batch_stride = 0, int64_t dst_batch_stride = 0,
-                          int64_t batches = 1) {
+                          int64_t cols, int64_t src_pitch, int64_t dst_pitch, int64_t row_tiles,
+                          int64_t col_tiles, int64_t src_batch_stride, int64_t dst_batch_stride,
+                          int64_t batches, int col_major) {
   using namespace tessel::tile;
-  using MT = MicroTile<U>;
+  using MT = MicroTile<U, RG>;
   constexpr int V = MT::V;
-  __shared__ alignas(128) uint8_t smem[MT::kCols * 128];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ alignas(128) uint8_t smem[MT::kCols * MT::kRowBytes];
+  const int rg = threadIdx.x / MT::kColGroups, cg = threadIdx.x % MT::kColGroups;
+  const int64_t tiles = row_tiles * col_tiles;
   // tiles: per batch; the grid strides over batches x tiles.
   for (int64_t bt = blockIdx.x; bt < batches * tiles; bt += gridDim.x) {
     const int64_t batch = batches == 1 ? 0 : bt / tiles, t = bt - batch * tiles;
     const U* src = src_all + batch * src_batch_stride;
     U* dst = dst_all + batch * dst_batch_stride;
-    const int64_t tr = (t / col_tiles) * MT::kRows, tc = (t % col_tiles) * MT::kCols;
-    const int64_t r0 = tr + warp * V, c0 = tc + lane * V;
+    // col_major: consecutive blocks walk down the source rows (so together they write whole
+    // destination rows) instead of across the columns.
+    const int64_t ti = col_major ? t % row_tiles : t / col_tiles;
+    const int64_t tj = col_major ? t / row_tiles : t % col_tiles;
+    const int64_t tr = ti * MT::kRows, tc = tj * MT::kCols;
+    const int64_t r0 = tr + rg * V, c0 = tc + cg * V;
     // 1. V×V micro-tile into registers (zeros outside the matrix).
     Frag<U, V> in[V];
     if (r0 + V <= rows && c0 + V <= cols) {
@@ -59,26 +76,62 @@ __global__ void __launch_bounds__(kTransposeWarps * 32, 3)
         for (int j = 0; j < V; ++j)
           in[k].v[j] = (r0 + k < rows && c0 + j < cols) ? src[(r0 + k) * src_pitch + c0 + j] : U{};
     }
-    // 2. Transposed columns into the swizzled destination tile: row lane*V + j, chunk warp.
+    // 2. Transposed columns into the swizzled destination tile: row cg*V + j, chunk rg.
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       Frag<U, V> out;
 #pragma unroll
       for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
-      store_frag<V>(reinterpret_cast<U*>(smem + MT::offset(lane * V + j, warp)), out);
+      store_frag<V>(reinterpret_cast<U*>(smem + MT::offset(cg * V + j, rg)), out);
     }
     __syncthreads();
-    // 3. Whole destination rows: 8 chunks (128 bytes) per row, V rows per thread.
+    // 3. Whole destination row segments: RG chunks per row, V rows per thread.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const int q = i * kTransposeWarps * 32 + threadIdx.x;
-      const int row = q / 8, chunk = q % 8;
+      const int q = i * kTransposeThreads + threadIdx.x;
+      const int row = q / RG, chunk = q % RG;
       const int64_t dr = tc + row, dc = tr + chunk * V;
       if (dr >= cols || dc >= rows) continue;
       const Frag<U, V> f = load_frag<V>(reinterpret_cast<const U*>(smem + MT::offset(row, chunk)));
       store_frag_pred<V>(dst + dr * dst_pitch + dc, f, rows - dc);
     }
     __syncthreads();
+  }
+}
+
+// dst[b] (cols, rows) = src[b] (rows, cols)ᵀ for b < batches, by the tile kernel above (16-byte
+// aligned bases, pitches and batch strides; 2-, 4- or 8-byte U). TESSEL_TRANSPOSE_TILE=RG[c]
+// picks the tile shape for A/B runs (RG row groups of 8, 16 or 32; "c": column-major tile order).
+// Launch errors are left for the caller's check_launch.
+template <class U>
+void launch_transpose_tiles(const U* src, U* dst, int64_t rows, int64_t cols, int64_t src_pitch,
+                            int64_t dst_pitch, int64_t src_batch_stride, int64_t dst_batch_stride,
+                            int64_t batches, cudaStream_t stream) {
+  static const int mode = [] {
+    const char* e = std::getenv("TESSEL_TRANSPOSE_TILE");
+    int rg = e ? std::atoi(e) : 8;
+    if (rg != 16 && rg != 32) rg = 8;
+    const bool cm = e != nullptr && e[0] != '\0' && e[std::strlen(e) - 1] == 'c';
+    return rg * 2 + (cm ? 1 : 0);
+  }();
+  const int rg = mode / 2, col_major = mode % 2;
+  auto go = [&](auto kernel, int64_t tile_rows, int64_t tile_cols) {
+    const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
+    const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
+    const int64_t blocks =
+        std::min<int64_t>(row_tiles * col_tiles * batches, int64_t{current_sm_count()} * 64);
+    kernel<<<static_cast<unsigned>(blocks), kTransposeThreads, 0, stream>>>(
+        src, dst, rows, cols, src_pitch, dst_pitch, row_tiles, col_tiles, src_batch_stride,
+        dst_batch_stride, batches, col_major);
+  };
+  switch (rg) {
+    case 16:
+      go(transpose_tile_kernel<U, 16>, MicroTile<U, 16>::kRows, MicroTile<U, 16>::kCols);
+      break;
+    case 32:
+      go(transpose_tile_kernel<U, 32>, MicroTile<U, 32>::kRows, MicroTile<U, 32>::kCols);
+      break;
+    default: go(transpose_tile_kernel<U, 8>, MicroTile<U, 8>::kRows, MicroTile<U, 8>::kCols); break;
   }
 }
 

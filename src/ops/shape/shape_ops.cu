@@ -46,8 +46,10 @@ __global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_consta
   int lo = 0, hi = tab.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (tab.e[mid].first_tile <= tile) lo = mid;
-    else hi = mid - 1;
+    if (tab.e[mid].first_tile <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const CatEntry& e = tab.e[lo];
   const int64_t total = e.width * tab.outer;
@@ -75,7 +77,7 @@ constexpr int kTDim = 64;
 constexpr int kTRows = 4;  // threads in y; each covers kTDim / kTRows rows
 
 template <class U>
-__global__ void __launch_bounds__(kTDim * kTRows)
+__global__ void __launch_bounds__(kTDim* kTRows)
     transpose_batched_kernel(const U* __restrict__ src, U* __restrict__ dst, int64_t rows,
                              int64_t cols) {
   __shared__ U tile[kTDim][kTDim + 1];
@@ -108,7 +110,8 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
   chk.valid_layout("out", out);
   if (out.ndim < 1) chk.fail("out", "a tensor of rank >= 1", "rank 0");
   if (axis < -out.ndim || axis >= out.ndim)
-    chk.fail("axis", "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
+    chk.fail("axis",
+             "an axis in [" + std::to_string(-out.ndim) + ", " + std::to_string(out.ndim) + ")",
              std::to_string(axis));
   const int ax = axis < 0 ? axis + out.ndim : axis;
   int64_t total = 0;
@@ -121,15 +124,17 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
     if (!ok) {
       Tensor want = out;
       want.shape[ax] = t.ndim == out.ndim ? t.shape[ax] : 0;
-      chk.fail(name(i).c_str(), "shape " + want.shape_string() + " (out's shape except axis " +
-                                    std::to_string(ax) + ")",
-               t.shape_string());
+      chk.fail(
+          name(i).c_str(),
+          "shape " + want.shape_string() + " (out's shape except axis " + std::to_string(ax) + ")",
+          t.shape_string());
     }
     total += t.shape[ax];
   }
   if (total != out.shape[ax])
-    chk.fail("out", "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
-                        " (the inputs' sum)",
+    chk.fail("out",
+             "size " + std::to_string(total) + " along axis " + std::to_string(ax) +
+                 " (the inputs' sum)",
              out.shape_string());
   for (size_t i = 0; i < count; ++i) chk.contiguous(name(i).c_str(), inputs[i]);
   chk.contiguous("out", out);
@@ -153,7 +158,11 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
            reinterpret_cast<uintptr_t>(inputs[i].data);
     off += w;
   }
-  const int g = (acc % 16 == 0) ? 16 : (acc % 8 == 0) ? 8 : (acc % 4 == 0) ? 4 : (acc % 2 == 0) ? 2 : 1;
+  const int g = (acc % 16 == 0)  ? 16
+                : (acc % 8 == 0) ? 8
+                : (acc % 4 == 0) ? 4
+                : (acc % 2 == 0) ? 2
+                                 : 1;
   auto launch = [&](auto unit_tag) {
     using U = decltype(unit_tag);
     constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
@@ -218,18 +227,12 @@ void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
   const size_t es = dtype_size(src.dtype);
   auto launch_tiles = [&](auto unit) {
     using U = decltype(unit);
-    using MT = detail::MicroTile<U>;
-    constexpr int64_t V = MT::V;
+    constexpr int64_t V = 16 / sizeof(U);
     if (r % V != 0 || c % V != 0 || !detail::aligned(src.data, 16) ||
         !detail::aligned(dst.data, 16))
       return false;
-    const int64_t col_tiles = tile::ceil_div(c, MT::kCols);
-    const int64_t tiles = tile::ceil_div(r, MT::kRows) * col_tiles;
-    const int64_t max_blocks = int64_t{detail::current_sm_count()} * 64;
-    detail::transpose_tile_kernel<U>
-        <<<static_cast<unsigned>(std::min(tiles * b, max_blocks)), detail::kTransposeWarps * 32,
-           0, stream>>>(static_cast<const U*>(src.data), static_cast<U*>(dst.data), r, c, c, r,
-                        col_tiles, tiles, r * c, r * c, b);
+    detail::launch_transpose_tiles<U>(static_cast<const U*>(src.data), static_cast<U*>(dst.data), r,
+                                      c, c, r, r * c, r * c, b, stream);
     return true;
   };
   const bool tiled = es == 2   ? launch_tiles(uint16_t{})
@@ -241,15 +244,14 @@ void transpose_batched(const Tensor& src, Tensor& dst, cudaStream_t stream) {
     return;
   }
   if (b > 65535) chk.fail("src", "a batch of at most 65535", src.shape_string());
-  if ((r + kTDim - 1) / kTDim > 65535)
-    chk.fail("src", "at most 65535·64 rows", src.shape_string());
+  if ((r + kTDim - 1) / kTDim > 65535) chk.fail("src", "at most 65535·64 rows", src.shape_string());
   const dim3 grid(static_cast<unsigned>((c + kTDim - 1) / kTDim),
                   static_cast<unsigned>((r + kTDim - 1) / kTDim), static_cast<unsigned>(b));
   const dim3 block(kTDim, kTRows);
   auto launch = [&](auto unit) {
     using U = decltype(unit);
     transpose_batched_kernel<U><<<grid, block, 0, stream>>>(static_cast<const U*>(src.data),
-                                                           static_cast<U*>(dst.data), r, c);
+                                                            static_cast<U*>(dst.data), r, c);
   };
   switch (dtype_size(src.dtype)) {
     case 1: launch(uint8_t{}); break;
