@@ -26,6 +26,7 @@
 #include <cooperative_groups.h>
 
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "ops/bulk_copy.cuh"
@@ -320,6 +321,94 @@ __device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slic
   return r;
 }
 
+// Warp 0 merges the slices' partials (lane r holds slice r's; idle lanes -inf / 0) with a
+// fixed butterfly (deterministic) and publishes the row's (max, Σexp, Σx, x_t) to `stats`.
+__device__ __forceinline__ void merge_slice_partials(float pm, float ps, float px, float pt,
+                                                     float* stats) {
+  const float bm2 = warp_reduce<32>(pm, MaxOp{});
+  float sc = pm == -INFINITY ? 0.f : ps * exp2f((pm - bm2) * kLog2e);
+  sc = warp_reduce<32>(sc, SumOp{});
+  px = warp_reduce<32>(px, SumOp{});
+  pt = warp_reduce<32>(pt, SumOp{});  // one nonzero term: exact
+  if (threadIdx.x == 0) {
+    stats[0] = bm2;
+    stats[1] = sc;
+    stats[2] = px;
+    stats[3] = pt;
+  }
+}
+
+// dlogits of a CTA's slice (n columns from `base`, staged in shared memory) once the row's
+// statistics are known: the cluster kernel and the exchange kernel share it.
+template <class T>
+__device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFinish& f,
+                                                    const T* slice, int64_t row, int64_t base,
+                                                    int n, int nv) {
+  constexpr int VEC = kVec16<T>;
+  T* dr = static_cast<T*>(a.dx) + row * a.dx_pitch + base;
+  const float ms = f.m == -INFINITY ? 0.f : f.m * kLog2e;
+  // 16-bit outputs: the factor 1/S (with the reduction scale) moves into the exponent,
+  // exp(x - M)·inv = 2^(x·log2e - (M·log2e - log2 inv)), one FFMA + one MUFU per element
+  // (+ one FADD with label smoothing) instead of FFMA + MUFU + FFMA. The exponent's extra
+  // rounding (~4e-6 relative) is far below the 16-bit output's; inv = 0 (ignored rows) gives
+  // 2^-inf = 0 as before. fp32 outputs, and a negative or NaN inv (grad_scale < 0 or NaN),
+  // keep the product.
+  const bool fold = !std::is_same_v<T, float> && f.inv >= 0.f;
+  const float mi = fold ? ms - log2f(f.inv) : ms;
+  const float sub = f.sub;
+  // One element's gradient without the target term, in one of three forms (kMode):
+  // 0 folded without smoothing (sub is 0 and x - 0 = x exactly: no FADD), 1 folded, 2 product.
+  auto grad = [&](float x, auto mode) {
+    constexpr int kMode = decltype(mode)::value;
+    if constexpr (kMode == 0)
+      return fast_exp2(fmaf(x, kLog2e, -mi));
+    else if constexpr (kMode == 1)
+      return fast_exp2(fmaf(x, kLog2e, -mi)) - sub;
+    else
+      return fmaf(fast_exp2(fmaf(x, kLog2e, -mi)), f.inv, -sub);
+  };
+  // Pointers walk with the loop (unrolled, the four stores share one 64-bit address and
+  // immediate offsets; indexing dr + v * VEC recomputed it per fragment: 4 instructions).
+  // The target column's extra term is not tested per fragment: see below.
+  auto sweep = [&](auto mode) {
+    const T* sp = slice + threadIdx.x * VEC;
+    T* dp = dr + threadIdx.x * VEC;
+#pragma unroll 4
+    for (int v = threadIdx.x; v < nv;
+         v += kClusterBlock, sp += kClusterBlock * VEC, dp += kClusterBlock * VEC) {
+      float x[VEC];
+      frag_f32(load_frag<VEC>(sp), x);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) x[j] = grad(x[j], mode);
+      store_frag_global<VEC>(dp, pack_frag<T, VEC>(x));
+    }
+    // The thread that wrote the target's fragment writes it again with the term (same
+    // thread, same address: program order keeps the second).
+    const int64_t tl = f.t - base;
+    if (tl >= 0 && tl < n) {
+      const int tv = static_cast<int>(tl / VEC);
+      if (tv % kClusterBlock == static_cast<int>(threadIdx.x)) {
+        const int tj = static_cast<int>(tl % VEC);
+        float x[VEC];
+        frag_f32(load_frag<VEC>(slice + tv * VEC), x);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) x[j] = grad(x[j], mode) - (j == tj ? f.hit : 0.f);
+        store_frag_global<VEC>(dr + tv * VEC, pack_frag<T, VEC>(x));
+      }
+    }
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    sweep(std::integral_constant<int, 2>{});
+  } else {
+    if (!fold)
+      sweep(std::integral_constant<int, 2>{});
+    else if (sub != 0.f)
+      sweep(std::integral_constant<int, 1>{});
+    else
+      sweep(std::integral_constant<int, 0>{});
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int chunk) {
   constexpr int VEC = kVec16<T>;
@@ -365,17 +454,7 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
       px = p[2];
       pt = p[3];
     }
-    const float bm2 = warp_reduce<32>(pm, MaxOp{});
-    float sc = pm == -INFINITY ? 0.f : ps * exp2f((pm - bm2) * kLog2e);
-    sc = warp_reduce<32>(sc, SumOp{});
-    px = warp_reduce<32>(px, SumOp{});
-    pt = warp_reduce<32>(pt, SumOp{});  // one nonzero term: exact
-    if (r == 0) {
-      stats[0] = bm2;
-      stats[1] = sc;
-      stats[2] = px;
-      stats[3] = pt;
-    }
+    merge_slice_partials(pm, ps, px, pt, stats);
   }
   __syncthreads();
   // No CTA may leave (and free its shared memory) while others still read it.
@@ -383,70 +462,7 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
   float loss;
   const RowFinish f = finish_row(a, t, stats[0], stats[1], stats[2], stats[3], &loss);
   if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
-  if (a.dx != nullptr) {
-    T* dr = static_cast<T*>(a.dx) + row * a.dx_pitch + base;
-    const float ms = f.m == -INFINITY ? 0.f : f.m * kLog2e;
-    // 16-bit outputs: the factor 1/S (with the reduction scale) moves into the exponent,
-    // exp(x - M)·inv = 2^(x·log2e - (M·log2e - log2 inv)), one FFMA + one MUFU per element
-    // (+ one FADD with label smoothing) instead of FFMA + MUFU + FFMA. The exponent's extra
-    // rounding (~4e-6 relative) is far below the 16-bit output's; inv = 0 (ignored rows) gives
-    // 2^-inf = 0 as before. fp32 outputs, and a negative or NaN inv (grad_scale < 0 or NaN),
-    // keep the product.
-    const bool fold = !std::is_same_v<T, float> && f.inv >= 0.f;
-    const float mi = fold ? ms - log2f(f.inv) : ms;
-    const float sub = f.sub;
-    // One element's gradient without the target term, in one of three forms (kMode):
-    // 0 folded without smoothing (sub is 0 and x - 0 = x exactly: no FADD), 1 folded, 2 product.
-    auto grad = [&](float x, auto mode) {
-      constexpr int kMode = decltype(mode)::value;
-      if constexpr (kMode == 0)
-        return fast_exp2(fmaf(x, kLog2e, -mi));
-      else if constexpr (kMode == 1)
-        return fast_exp2(fmaf(x, kLog2e, -mi)) - sub;
-      else
-        return fmaf(fast_exp2(fmaf(x, kLog2e, -mi)), f.inv, -sub);
-    };
-    // Pointers walk with the loop (unrolled, the four stores share one 64-bit address and
-    // immediate offsets; indexing dr + v * VEC recomputed it per fragment: 4 instructions).
-    // The target column's extra term is not tested per fragment: see below.
-    auto sweep = [&](auto mode) {
-      const T* sp = slice + threadIdx.x * VEC;
-      T* dp = dr + threadIdx.x * VEC;
-#pragma unroll 4
-      for (int v = threadIdx.x; v < nv;
-           v += kClusterBlock, sp += kClusterBlock * VEC, dp += kClusterBlock * VEC) {
-        float x[VEC];
-        frag_f32(load_frag<VEC>(sp), x);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) x[j] = grad(x[j], mode);
-        store_frag_global<VEC>(dp, pack_frag<T, VEC>(x));
-      }
-      // The thread that wrote the target's fragment writes it again with the term (same
-      // thread, same address: program order keeps the second).
-      const int64_t tl = f.t - base;
-      if (tl >= 0 && tl < n) {
-        const int tv = static_cast<int>(tl / VEC);
-        if (tv % kClusterBlock == static_cast<int>(threadIdx.x)) {
-          const int tj = static_cast<int>(tl % VEC);
-          float x[VEC];
-          frag_f32(load_frag<VEC>(slice + tv * VEC), x);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) x[j] = grad(x[j], mode) - (j == tj ? f.hit : 0.f);
-          store_frag_global<VEC>(dr + tv * VEC, pack_frag<T, VEC>(x));
-        }
-      }
-    };
-    if constexpr (std::is_same_v<T, float>) {
-      sweep(std::integral_constant<int, 2>{});
-    } else {
-      if (!fold)
-        sweep(std::integral_constant<int, 2>{});
-      else if (sub != 0.f)
-        sweep(std::integral_constant<int, 1>{});
-      else
-        sweep(std::integral_constant<int, 0>{});
-    }
-  }
+  if (a.dx != nullptr) write_slice_dlogits(a, f, slice, row, base, n, nv);
   cluster.barrier_wait();
 }
 
@@ -480,6 +496,67 @@ __global__ void __launch_bounds__(kClusterBlock)
     p[1] = bs;
     p[2] = sx;
   }
+}
+
+// Loss + dlogits with the cluster kernel's slices on independent CTAs, exchanging the partials
+// through global memory instead of distributed shared memory: each CTA posts its (max, Σexp,
+// Σx, x_t), counts itself in on its row's counter and waits until all of the row's slices
+// have, merges them like the cluster kernel (bit-identical results) and writes its dlogits.
+// A cluster must start with all its CTAs in one GPC; these CTAs are placed one by one.
+// Slices take ids in the order they start (a ticket), so a CTA only ever waits for slices that
+// are running or will run as soon as any row finishes: no deadlock while one SM's worth of
+// CTAs fits. sync: [0] the ticket, [1 + row] the row's arrivals, zeroed before the launch.
+template <class T>
+__global__ void __launch_bounds__(kClusterBlock)
+    ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync) {
+  constexpr int VEC = kVec16<T>;
+  extern __shared__ __align__(128) unsigned char slice_raw[];
+  T* slice = reinterpret_cast<T*>(slice_raw);
+  __shared__ uint64_t bar[kPieces];
+  __shared__ float scratch[kClusterBlock / 32];
+  __shared__ float stats[4];
+  __shared__ unsigned s_id;
+  if (threadIdx.x == 0) {
+    s_id = atomicAdd(&sync[0], 1u);
+  }
+  __syncthreads();
+  const int64_t row = s_id / slices;
+  const int rank = static_cast<int>(s_id % slices);
+  const int64_t base = int64_t{rank} * chunk;
+  const int64_t left = a.cols - base;
+  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
+  const int nv = n / VEC;
+  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
+  const int64_t t = load_target(a, row);
+  const SliceFold<T> fold = load_and_fold_slice(xr, slice, nv, bar, a.smoothing != 0.f);
+  const float bm = group_reduce<kClusterBlock, kClusterBlock>(fold.m, MaxOp{}, scratch);
+  float bs = fold.m == -INFINITY ? 0.f : fold.se * exp2f((fold.m - bm) * kLog2e);
+  bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
+  float sx = fold.sx;
+  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
+  unsigned* arrivals = sync + 1 + row;
+  if (threadIdx.x == 0) {
+    part[row * slices + rank] =
+        make_float4(bm, bs, sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f);
+    __threadfence();
+    atomicAdd(arrivals, 1u);
+    unsigned seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
+    } while (seen < static_cast<unsigned>(slices));
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int r = threadIdx.x;
+    float4 p = make_float4(-INFINITY, 0.f, 0.f, 0.f);
+    if (r < slices) p = __ldcg(&part[row * slices + r]);
+    merge_slice_partials(p.x, p.y, p.z, p.w, stats);
+  }
+  __syncthreads();
+  float loss;
+  const RowFinish f = finish_row(a, t, stats[0], stats[1], stats[2], stats[3], &loss);
+  if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
+  write_slice_dlogits(a, f, slice, row, base, n, nv);
 }
 
 // ---- stream kernel: one block per row, two sweeps ------------------------------------------
@@ -726,6 +803,39 @@ bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
   return true;
 }
 
+// Loss + dlogits with try_cluster's slices on independent CTAs (ce_exchange_kernel); false
+// (nothing launched) where those slices do not apply. TESSEL_CE_EXCHANGE=cluster keeps the
+// cluster kernel (A/B).
+template <class T>
+bool try_exchange(const CeArgs& a, cudaStream_t stream) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("TESSEL_CE_EXCHANGE");
+    return !(e != nullptr && std::string(e) == "cluster");
+  }();
+  const Slices sl = slices_of<T>(a);
+  if (!enabled || !sl.ok || a.dx == nullptr) return false;
+  const int64_t slices = sl.count, chunk = sl.chunk, smem = sl.smem;
+  if (cudaFuncSetAttribute(ce_exchange_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Own scratch (the caller's count / row losses live in stream_workspace): the counters,
+  // zeroed, then the partials.
+  const size_t sync_bytes = (size_t(a.rows) + 1 + 3) / 4 * 16;
+  void* part = nullptr;
+  TESSEL_CUDA_CHECK(
+      cudaMallocAsync(&part, sync_bytes + size_t(a.rows) * slices * sizeof(float4), stream));
+  TESSEL_CUDA_CHECK(cudaMemsetAsync(part, 0, sync_bytes, stream));
+  ce_exchange_kernel<T>
+      <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
+         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices),
+                   reinterpret_cast<float4*>(static_cast<char*>(part) + sync_bytes),
+                   static_cast<unsigned*>(part));
+  TESSEL_CUDA_CHECK(cudaFreeAsync(part, stream));
+  return true;
+}
+
 }  // namespace
 
 void ce_launch(const CeLaunch& p, cudaStream_t stream) {
@@ -744,6 +854,7 @@ void ce_launch(const CeLaunch& p, cudaStream_t stream) {
     });
     if (grouped) return;
     if (p.dx == nullptr && vec_ok && try_fwd_slices<T>(a, stream)) return;
+    if (vec_ok && try_exchange<T>(a, stream)) return;
     if (vec_ok && try_cluster<T>(a, stream)) return;
     cudaGetLastError();  // a refused cluster launch falls back
     // Forward only: independent chunk CTAs (grid x is 2^31 - 1: rows * chunks must fit).
