@@ -32,6 +32,7 @@
 #include "ops/bulk_copy.cuh"
 #include "ops/loss/loss_internal.hpp"
 #include "ops/rows.cuh"
+#include "ops/slice_exchange.cuh"
 #include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/loss.hpp"
@@ -499,13 +500,9 @@ __global__ void __launch_bounds__(kClusterBlock)
 }
 
 // Loss + dlogits with the cluster kernel's slices on independent CTAs, exchanging the partials
-// through global memory instead of distributed shared memory: each CTA posts its (max, Σexp,
-// Σx, x_t), counts itself in on its row's counter and waits until all of the row's slices
-// have, merges them like the cluster kernel (bit-identical results) and writes its dlogits.
-// A cluster must start with all its CTAs in one GPC; these CTAs are placed one by one.
-// Slices take ids in the order they start (a ticket), so a CTA only ever waits for slices that
-// are running or will run as soon as any row finishes: no deadlock while one SM's worth of
-// CTAs fits. sync: [0] the ticket, [1 + row] the row's arrivals, zeroed before the launch.
+// (max, Σexp, Σx, x_t) through global memory (ops/slice_exchange.cuh) instead of distributed
+// shared memory; merged like the cluster kernel's (bit-identical results). H200, 4096 x 128256
+// bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster (docs/loss_optim.md, session 26).
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock)
     ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync) {
@@ -516,9 +513,7 @@ __global__ void __launch_bounds__(kClusterBlock)
   __shared__ float scratch[kClusterBlock / 32];
   __shared__ float stats[4];
   __shared__ unsigned s_id;
-  if (threadIdx.x == 0) {
-    s_id = atomicAdd(&sync[0], 1u);
-  }
+  if (threadIdx.x == 0) s_id = take_slice_ticket(sync);
   __syncthreads();
   const int64_t row = s_id / slices;
   const int rank = static_cast<int>(s_id % slices);
@@ -534,22 +529,14 @@ __global__ void __launch_bounds__(kClusterBlock)
   bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
   float sx = fold.sx;
   if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
-  unsigned* arrivals = sync + 1 + row;
-  if (threadIdx.x == 0) {
-    part[row * slices + rank] =
-        make_float4(bm, bs, sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f);
-    __threadfence();
-    atomicAdd(arrivals, 1u);
-    unsigned seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
-    } while (seen < static_cast<unsigned>(slices));
-  }
+  if (threadIdx.x == 0)
+    post_slice_and_wait(
+        sync, part, row, slices, rank,
+        make_float4(bm, bs, sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f));
   __syncthreads();
   if (threadIdx.x < 32) {
-    const int r = threadIdx.x;
-    float4 p = make_float4(-INFINITY, 0.f, 0.f, 0.f);
-    if (r < slices) p = __ldcg(&part[row * slices + r]);
+    const float4 p =
+        slice_partial(part, row, slices, threadIdx.x, make_float4(-INFINITY, 0.f, 0.f, 0.f));
     merge_slice_partials(p.x, p.y, p.z, p.w, stats);
   }
   __syncthreads();
@@ -748,13 +735,15 @@ struct Slices {
   bool ok;
 };
 
+// max_count: kClusterMax for a cluster; up to 32 (a warp's lanes merge them) exchanging
+// through global memory.
 template <class T>
-Slices slices_of(const CeArgs& a) {
+Slices slices_of(const CeArgs& a, int64_t max_count = kClusterMax) {
   constexpr int64_t kVec = kVec16<T>;
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
   Slices s;
   s.count = std::min<int64_t>(
-      kClusterMax, std::max<int64_t>(1, (row_bytes + slice_target() - 1) / slice_target()));
+      max_count, std::max<int64_t>(1, (row_bytes + slice_target() - 1) / slice_target()));
   s.chunk = ((a.cols + s.count - 1) / s.count + kVec - 1) / kVec * kVec;
   s.smem = s.chunk * int64_t{sizeof(T)};
   s.ok = s.smem <= kSliceMax && a.rows * s.count < (int64_t{1} << 31);
@@ -812,7 +801,7 @@ bool try_exchange(const CeArgs& a, cudaStream_t stream) {
     const char* e = std::getenv("TESSEL_CE_EXCHANGE");
     return !(e != nullptr && std::string(e) == "cluster");
   }();
-  const Slices sl = slices_of<T>(a);
+  const Slices sl = slices_of<T>(a, 32);
   if (!enabled || !sl.ok || a.dx == nullptr) return false;
   const int64_t slices = sl.count, chunk = sl.chunk, smem = sl.smem;
   if (cudaFuncSetAttribute(ce_exchange_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -820,19 +809,11 @@ bool try_exchange(const CeArgs& a, cudaStream_t stream) {
     cudaGetLastError();
     return false;
   }
-  // Own scratch (the caller's count / row losses live in stream_workspace): the counters,
-  // zeroed, then the partials.
-  const size_t sync_bytes = (size_t(a.rows) + 1 + 3) / 4 * 16;
-  void* part = nullptr;
-  TESSEL_CUDA_CHECK(
-      cudaMallocAsync(&part, sync_bytes + size_t(a.rows) * slices * sizeof(float4), stream));
-  TESSEL_CUDA_CHECK(cudaMemsetAsync(part, 0, sync_bytes, stream));
+  // Own scratch: the caller's count / row losses live in stream_workspace.
+  const SliceExchange ex(a.rows, slices, stream);
   ce_exchange_kernel<T>
       <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
-         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices),
-                   reinterpret_cast<float4*>(static_cast<char*>(part) + sync_bytes),
-                   static_cast<unsigned*>(part));
-  TESSEL_CUDA_CHECK(cudaFreeAsync(part, stream));
+         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync);
   return true;
 }
 

@@ -1,0 +1,72 @@
+// Row slices on independent CTAs that meet through global memory: the alternative to a
+// thread-block cluster for row kernels whose CTAs each stage one slice of a long row in shared
+// memory and need the whole row's statistics before writing (cross-entropy's loss + dlogits,
+// the long-row norm forward). A cluster must start with all of its CTAs in one GPC at once;
+// these CTAs are placed one by one.
+//
+// Protocol, per launch (scratch from SliceExchange, counters zeroed before the launch):
+//   slice id   thread 0 takes a ticket (atomicAdd): ids follow the order in which CTAs start,
+//              so a CTA only ever waits for slices that are running or that start as soon as
+//              any row finishes — no deadlock while one SM's worth of CTAs fits (a cluster's
+//              launch has the same requirement);
+//   exchange   thread 0 stores its float4 partial, fences, counts itself in on the row's
+//              counter and spins (acquire) until all of the row's slices have; after the
+//              CTA barrier, lane r of warp 0 reads slice r's partial (L2) and merges in rank
+//              order, as the cluster kernels do.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/check.hpp"
+
+namespace tessel::detail {
+
+// Thread 0: this CTA's slice id.
+__device__ __forceinline__ unsigned take_slice_ticket(unsigned* sync) {
+  return atomicAdd(&sync[0], 1u);
+}
+
+// Thread 0: publish this slice's partial and wait until all `slices` of `row` have.
+__device__ __forceinline__ void post_slice_and_wait(unsigned* sync, float4* part, int64_t row,
+                                                    int slices, int rank, float4 v) {
+  part[row * slices + rank] = v;
+  __threadfence();
+  unsigned* arrivals = sync + 1 + row;
+  atomicAdd(arrivals, 1u);
+  unsigned seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
+  } while (seen < static_cast<unsigned>(slices));
+}
+
+// Lane r < slices of any thread after the CTA barrier that follows post_slice_and_wait: slice
+// r's partial (else `idle`).
+__device__ __forceinline__ float4 slice_partial(const float4* part, int64_t row, int slices, int r,
+                                                float4 idle) {
+  return r < slices ? __ldcg(&part[row * slices + r]) : idle;
+}
+
+// Host: the launch's scratch, stream-ordered (graph capture allowed): [ticket, one counter per
+// row] zeroed, then rows x slices float4 partials. Freed (stream-ordered) by the destructor,
+// after the launch has been enqueued.
+struct SliceExchange {
+  unsigned* sync = nullptr;
+  float4* part = nullptr;
+  cudaStream_t stream;
+  SliceExchange(int64_t rows, int64_t slices, cudaStream_t s) : stream(s) {
+    const size_t sync_bytes = (static_cast<size_t>(rows) + 1 + 3) / 4 * 16;
+    void* p = nullptr;
+    TESSEL_CUDA_CHECK(cudaMallocAsync(
+        &p, sync_bytes + static_cast<size_t>(rows * slices) * sizeof(float4), stream));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(p, 0, sync_bytes, stream));
+    sync = static_cast<unsigned*>(p);
+    part = reinterpret_cast<float4*>(static_cast<char*>(p) + sync_bytes);
+  }
+  ~SliceExchange() { cudaFreeAsync(sync, stream); }
+  SliceExchange(const SliceExchange&) = delete;
+  SliceExchange& operator=(const SliceExchange&) = delete;
+};
+
+}  // namespace tessel::detail
