@@ -20,11 +20,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 
 #include "ops/bulk_copy.cuh"
 #include "ops/norm/norm_kernels.cuh"
-#include "ops/slice_exchange.cuh"
 #include "runtime/launch.cuh"
 
 namespace tessel::norm {
@@ -289,13 +287,8 @@ constexpr int kFwdLongClusterMax = 16;
 constexpr int64_t kFwdSliceTarget = 32 * 1024;
 constexpr int64_t kFwdSliceMax = 200 * 1024;
 
-// kExchange: the row's slices are independent CTAs meeting through global memory
-// (ops/slice_exchange.cuh: slice ids by ticket, partials in `part`, counters in `sync`), not a
-// cluster; `slices` is then the CTAs per row (a cluster launch reads its own size).
-template <class T, Mode M, bool kExchange>
-__global__ void __launch_bounds__(kFwdBlock)
-    norm_fwd_staged_kernel(const NormArgs a, int chunk, int slices, float4* part_g,
-                           unsigned* sync) {
+template <class T, Mode M>
+__global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormArgs a, int chunk) {
   constexpr int VEC = kVec16<T>;
   constexpr bool kCentered = M == Mode::ln || M == Mode::gn;  // mean and variance statistics
   extern __shared__ __align__(128) unsigned char slice_raw[];
@@ -304,25 +297,16 @@ __global__ void __launch_bounds__(kFwdBlock)
   __shared__ float scratch[kFwdBlock / 32];
   __shared__ float part[3];   // (count, mean, M2) or (count, -, Σx²) of this CTA's slice
   __shared__ float stats[2];  // the row's (mean, rstd)
-  __shared__ unsigned s_id;
-  const int tid = threadIdx.x;
-  int rank, csize;
-  if constexpr (kExchange) {
-    if (tid == 0) s_id = detail::take_slice_ticket(sync);
-    __syncthreads();
-    csize = slices;
-    rank = static_cast<int>(s_id % slices);
-  } else {
-    cg::cluster_group cluster = cg::this_cluster();
-    rank = static_cast<int>(cluster.block_rank());
-    csize = static_cast<int>(cluster.num_blocks());
-  }
-  const int64_t row = kExchange ? int64_t{s_id} / slices : blockIdx.x / csize;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int csize = static_cast<int>(cluster.num_blocks());
+  const int64_t row = blockIdx.x / csize;
   const int64_t base = int64_t{rank} * chunk;
   const int64_t left = a.cols - base;
   const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
   const int nv = n / VEC;
   const int piece_v = (nv + kFwdPieces - 1) / kFwdPieces;
+  const int tid = threadIdx.x;
   if (tid == 0) {
 #pragma unroll
     for (int p = 0; p < kFwdPieces; ++p) mbar_init(&bar[p], 1);
@@ -373,29 +357,16 @@ __global__ void __launch_bounds__(kFwdBlock)
     }
     m2 = group_reduce<kFwdBlock, kFwdBlock>(m2, SumOp{}, scratch);
   }
-  if constexpr (kExchange) {
-    if (tid == 0)
-      detail::post_slice_and_wait(
-          sync, part_g, row, slices, rank,
-          make_float4(static_cast<float>(n), local_mean, kCentered ? m2 : s1, 0.f));
-    __syncthreads();
-  } else {
-    if (tid == 0) {
-      part[0] = static_cast<float>(n);
-      part[1] = local_mean;
-      part[2] = kCentered ? m2 : s1;
-    }
-    cg::this_cluster().sync();
+  if (tid == 0) {
+    part[0] = static_cast<float>(n);
+    part[1] = local_mean;
+    part[2] = kCentered ? m2 : s1;
   }
+  cluster.sync();
   if (tid < 32) {  // lane r reads rank r's partial; fixed butterflies (deterministic)
     float pn = 0.f, pm = 0.f, pq = 0.f;
-    if constexpr (kExchange) {
-      const float4 q = detail::slice_partial(part_g, row, slices, tid, make_float4(0, 0, 0, 0));
-      pn = q.x;
-      pm = q.y;
-      pq = q.z;
-    } else if (tid < csize) {
-      const float* q = cg::this_cluster().map_shared_rank(part, tid);
+    if (tid < csize) {
+      const float* q = cluster.map_shared_rank(part, tid);
       pn = q[0];
       pm = q[1];
       pq = q[2];
@@ -415,7 +386,7 @@ __global__ void __launch_bounds__(kFwdBlock)
     }
   }
   __syncthreads();
-  if constexpr (!kExchange) cg::this_cluster().barrier_arrive();  // done reading peers' smem
+  cluster.barrier_arrive();  // done reading peers' shared memory
   const float mean = stats[0], rstd = stats[1];
   if (rank == 0 && tid == 0) {
     if (a.rstd) a.rstd[row] = rstd;
@@ -440,7 +411,7 @@ __global__ void __launch_bounds__(kFwdBlock)
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(fmaf(f.at(j), scale, shift));
       store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
     }
-    if constexpr (!kExchange) cg::this_cluster().barrier_wait();
+    cluster.barrier_wait();
     return;
   }
   const T* w = static_cast<const T*>(a.w) + base;
@@ -460,7 +431,7 @@ __global__ void __launch_bounds__(kFwdBlock)
     }
     store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
   }
-  if constexpr (!kExchange) cg::this_cluster().barrier_wait();
+  cluster.barrier_wait();
 }
 
 // Launches the staged long-row forward when it applies (RMS / LN, 16-byte aligned rows longer
@@ -491,32 +462,14 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
     const int64_t kb = e ? std::atoll(e) : 0;
     return kb >= 4 && kb <= 192 ? kb * 1024 : kFwdSliceTarget;
   }();
-  // TESSEL_NORM_FWD_EXCHANGE=cluster: the slices of a row as a thread-block cluster (A/B);
-  // by default independent CTAs exchanging through global memory.
-  static const bool exchange = [] {
-    const char* e = std::getenv("TESSEL_NORM_FWD_EXCHANGE");
-    return !(e != nullptr && std::string(e) == "cluster");
-  }();
   const int64_t target = M == Mode::gn ? gn_target : fwd_target;
-  const int64_t cmax = exchange ? 32 : M == Mode::gn ? kFwdClusterMax : kFwdLongClusterMax;
+  const int64_t cmax = M == Mode::gn ? kFwdClusterMax : kFwdLongClusterMax;
   const int64_t csize =
       std::min<int64_t>(cmax, std::max<int64_t>(1, (row_bytes + target - 1) / target));
   const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
   const int64_t smem = chunk * int64_t{sizeof(T)};
   if (smem > kFwdSliceMax || a.rows * csize >= (int64_t{1} << 31)) return false;
-  if (exchange) {
-    auto kernel = norm_fwd_staged_kernel<T, M, true>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    const detail::SliceExchange ex(a.rows, csize, stream);
-    kernel<<<static_cast<unsigned>(a.rows * csize), kFwdBlock, static_cast<size_t>(smem), stream>>>(
-        a, static_cast<int>(chunk), static_cast<int>(csize), ex.part, ex.sync);
-    return true;
-  }
-  auto kernel = norm_fwd_staged_kernel<T, M, false>;
+  auto kernel = norm_fwd_staged_kernel<T, M>;
   if (csize > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
@@ -525,9 +478,7 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
   }
   if (detail::launch_cluster(kernel, dim3(static_cast<unsigned>(a.rows * csize)), dim3(kFwdBlock),
                              static_cast<size_t>(smem), static_cast<int>(csize), stream, a,
-                             static_cast<int>(chunk), static_cast<int>(csize),
-                             static_cast<float4*>(nullptr),
-                             static_cast<unsigned*>(nullptr)) != cudaSuccess) {
+                             static_cast<int>(chunk)) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
