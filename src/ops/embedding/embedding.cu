@@ -20,7 +20,6 @@
 //   check_ids: a range-check kernel records the first bad position in the stream workspace;
 //             the host copies it back after a stream sync and throws before anything is written.
 #include <algorithm>
-#include <cstdlib>
 #include <cub/device/device_scan.cuh>
 #include <string>
 
@@ -550,16 +549,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
         TESSEL_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scan_tmp, scan_bytes, count, start,
                                                         static_cast<int>(vocab + 1), stream));
         fill_kernel<I><<<g1, kBlock, 0, stream>>>(ip, n, vocab, start, cursor, perm);
-        // TESSEL_EMBEDDING_BWD_BLOCKS_PER_SM=k > 0: a resident grid of k blocks per SM
-        // striding over the rows (each prefetches its next row's bucket bounds); 0 (default):
-        // one block per row (up to 2^20 blocks).
-        static const int per_sm = [] {
-          const char* e = std::getenv("TESSEL_EMBEDDING_BWD_BLOCKS_PER_SM");
-          return e ? std::max(0, std::atoi(e)) : 0;
-        }();
-        const int64_t rows_grid =
-            per_sm > 0 ? int64_t{detail::current_sm_count()} * per_sm : int64_t{1} << 20;
-        const unsigned g2 = static_cast<unsigned>(std::min<int64_t>(vocab, rows_grid));
+        const unsigned g2 = static_cast<unsigned>(std::min<int64_t>(vocab, int64_t{1} << 20));
         auto owner = [&](auto kernel) {
           kernel<<<g2, kBlock, 0, stream>>>(ip, gp, wp, start, perm, n, vocab, dim, gr.pitch,
                                             wr.pitch, hot_chunks, hot_count);
