@@ -628,6 +628,7 @@ class GpuBackend final : public Backend {
           DecodeParams p;
           p.block_table = &table;
           p.max_seqlen = plan_len();
+          p.num_splits = decode_splits_;
           detail::decode_attention_rope_append(qv, ra, kc, vc, seqlens, ov, nullptr, p, stream_);
         });
     mark("rope+kv_store+attention", 0,
@@ -694,6 +695,7 @@ class GpuBackend final : public Backend {
           DecodeParams p;
           p.block_table = &table;
           p.max_seqlen = plan_len();
+          p.num_splits = decode_splits_;
           tessel::decode_attention(qv, kc, vc, seqlens, ov, nullptr, p, stream_);
         });
     mark("attention", 0, [&] { return dims(q) + (tiled ? " (tiled)" : " (decode kernel)"); });
@@ -954,6 +956,11 @@ class GpuBackend final : public Backend {
   bool graphs_enabled_ = true;
   bool dependent_launch_ = true;  // TESSEL_DEPENDENT_LAUNCH=0 turns it off
   OpProfile profile_;             // TESSEL_PROFILE_OPS=1
+  const int decode_splits_ =
+      [] {  // TESSEL_DECODE_SPLITS=n: the decode KV splits (A/B; 0 heuristic)
+        const char* e = std::getenv("TESSEL_DECODE_SPLITS");
+        return e ? std::clamp(std::atoi(e), 0, 256) : 0;
+      }();
   const bool plan_decode_ = [] {  // TESSEL_DECODE_PLAN=0: no max_seqlen hint (A/B)
     const char* e = std::getenv("TESSEL_DECODE_PLAN");
     return !(e && std::string(e) == "0");
