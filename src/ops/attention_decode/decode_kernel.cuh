@@ -79,9 +79,6 @@ struct KernelArgs {
   const void* new_k;
   const void* new_v;
   int64_t nk_sb, nk_ss, nk_sh, nv_sb, nv_ss, nv_sh;
-  // 1: the combine launch lets the next kernel launch before its own wait (A/B knob
-  // TESSEL_DECODE_EARLY_NEXT, decode_launch.cuh).
-  int early_next = 0;
 };
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
@@ -885,9 +882,8 @@ __device__ __forceinline__ void combine_row(const KernelArgs& a, int64_t row_id,
 // a.tickets is set).
 template <class T, int DV>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ KernelArgs a) {
-  if (a.early_next) ::tessel::tile::allow_next_grid();
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
-  if (!a.early_next) ::tessel::tile::allow_next_grid();
+  ::tessel::tile::allow_next_grid();
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   if (row_id >= rows_global) return;

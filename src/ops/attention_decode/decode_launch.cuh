@@ -317,11 +317,6 @@ void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, 
     a.tickets = nullptr;
   }
   set_kv_maps<C>(a);
-  static const int early_next = [] {  // TESSEL_DECODE_EARLY_NEXT=1: A/B (KernelArgs)
-    const char* e = std::getenv("TESSEL_DECODE_EARLY_NEXT");
-    return e != nullptr && e[0] == '1' ? 1 : 0;
-  }();
-  a.early_next = early_next;
   const dim3 grid(static_cast<unsigned>(splits * a.row_blocks), static_cast<unsigned>(a.hkv),
                   static_cast<unsigned>(a.batch));
   TESSEL_CUDA_CHECK(
