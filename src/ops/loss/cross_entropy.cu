@@ -322,6 +322,36 @@ __device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slic
   return r;
 }
 
+// Slice `rank` of `row` (`chunk` columns from base = rank · chunk, n of them inside the row):
+// staged in shared memory, folded, and reduced over the CTA to its (max, Σexp relative to that
+// max, Σx with label smoothing). Shared by the cluster, exchange and forward-only slice kernels.
+template <class T>
+struct SliceReduce {
+  int64_t base;
+  int n, nv;
+  float m, s, sx;  // the CTA's max, Σexp(x - m), Σx (0 without smoothing)
+};
+
+template <class T>
+__device__ __forceinline__ SliceReduce<T> reduce_slice(const CeArgs& a, int64_t row, int rank,
+                                                       int chunk, T* slice,
+                                                       uint64_t (&bar)[kPieces], float* scratch) {
+  constexpr int VEC = kVec16<T>;
+  SliceReduce<T> r;
+  r.base = int64_t{rank} * chunk;
+  const int64_t left = a.cols - r.base;
+  r.n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
+  r.nv = r.n / VEC;
+  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + r.base;
+  const SliceFold<T> f = load_and_fold_slice(xr, slice, r.nv, bar, a.smoothing != 0.f);
+  r.m = group_reduce<kClusterBlock, kClusterBlock>(f.m, MaxOp{}, scratch);
+  const float s = f.m == -INFINITY ? 0.f : f.se * exp2f((f.m - r.m) * kLog2e);
+  r.s = group_reduce<kClusterBlock, kClusterBlock>(s, SumOp{}, scratch);
+  r.sx = a.smoothing != 0.f ? group_reduce<kClusterBlock, kClusterBlock>(f.sx, SumOp{}, scratch)
+                            : f.sx;
+  return r;
+}
+
 // Warp 0 merges the slices' partials (lane r holds slice r's; idle lanes -inf / 0) with a
 // fixed butterfly (deterministic) and publishes the row's (max, Σexp, Σx, x_t) to `stats`.
 __device__ __forceinline__ void merge_slice_partials(float pm, float ps, float px, float pt,
@@ -412,7 +442,6 @@ __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFi
 
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int chunk) {
-  constexpr int VEC = kVec16<T>;
   extern __shared__ __align__(128) unsigned char slice_raw[];
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
@@ -423,23 +452,14 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
   const int rank = static_cast<int>(cluster.block_rank());
   const int csize = static_cast<int>(cluster.num_blocks());
   const int64_t row = blockIdx.x / csize;
-  const int64_t base = int64_t{rank} * chunk;
-  const int64_t left = a.cols - base;
-  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
-  const int nv = n / VEC;
-  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
   const int64_t t = load_target(a, row);
-  const SliceFold<T> fold = load_and_fold_slice(xr, slice, nv, bar, a.smoothing != 0.f);
-  const float m = fold.m, se = fold.se;
-  float sx = fold.sx;
-  const float bm = group_reduce<kClusterBlock, kClusterBlock>(m, MaxOp{}, scratch);
-  float bs = m == -INFINITY ? 0.f : se * exp2f((m - bm) * kLog2e);
-  bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
-  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
+  const SliceReduce<T> sr = reduce_slice(a, row, rank, chunk, slice, bar, scratch);
+  const int64_t base = sr.base;
+  const int n = sr.n, nv = sr.nv;
   if (threadIdx.x == 0) {
-    part[0] = bm;
-    part[1] = bs;
-    part[2] = sx;
+    part[0] = sr.m;
+    part[1] = sr.s;
+    part[2] = sr.sx;
     part[3] = t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f;
   }
   cluster.sync();
@@ -474,28 +494,18 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock)
     ce_fwd_slice_kernel(CeArgs a, int chunk, int slices, float* part) {
-  constexpr int VEC = kVec16<T>;
   extern __shared__ __align__(128) unsigned char slice_raw[];
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
   __shared__ float scratch[kClusterBlock / 32];
   const int64_t row = blockIdx.x / slices;
   const int rank = static_cast<int>(blockIdx.x % slices);
-  const int64_t base = int64_t{rank} * chunk;
-  const int64_t left = a.cols - base;
-  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
-  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
-  const SliceFold<T> f = load_and_fold_slice(xr, slice, n / VEC, bar, a.smoothing != 0.f);
-  const float bm = group_reduce<kClusterBlock, kClusterBlock>(f.m, MaxOp{}, scratch);
-  float bs = f.m == -INFINITY ? 0.f : f.se * exp2f((f.m - bm) * kLog2e);
-  bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
-  float sx = f.sx;
-  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
+  const SliceReduce<T> sr = reduce_slice(a, row, rank, chunk, slice, bar, scratch);
   if (threadIdx.x == 0) {
     float* p = part + (row * slices + rank) * 3;
-    p[0] = bm;
-    p[1] = bs;
-    p[2] = sx;
+    p[0] = sr.m;
+    p[1] = sr.s;
+    p[2] = sr.sx;
   }
 }
 
@@ -506,7 +516,6 @@ __global__ void __launch_bounds__(kClusterBlock)
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock)
     ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync) {
-  constexpr int VEC = kVec16<T>;
   extern __shared__ __align__(128) unsigned char slice_raw[];
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
@@ -517,22 +526,14 @@ __global__ void __launch_bounds__(kClusterBlock)
   __syncthreads();
   const int64_t row = s_id / slices;
   const int rank = static_cast<int>(s_id % slices);
-  const int64_t base = int64_t{rank} * chunk;
-  const int64_t left = a.cols - base;
-  const int n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
-  const int nv = n / VEC;
-  const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
   const int64_t t = load_target(a, row);
-  const SliceFold<T> fold = load_and_fold_slice(xr, slice, nv, bar, a.smoothing != 0.f);
-  const float bm = group_reduce<kClusterBlock, kClusterBlock>(fold.m, MaxOp{}, scratch);
-  float bs = fold.m == -INFINITY ? 0.f : fold.se * exp2f((fold.m - bm) * kLog2e);
-  bs = group_reduce<kClusterBlock, kClusterBlock>(bs, SumOp{}, scratch);
-  float sx = fold.sx;
-  if (a.smoothing != 0.f) sx = group_reduce<kClusterBlock, kClusterBlock>(sx, SumOp{}, scratch);
+  const SliceReduce<T> sr = reduce_slice(a, row, rank, chunk, slice, bar, scratch);
+  const int64_t base = sr.base;
+  const int n = sr.n, nv = sr.nv;
   if (threadIdx.x == 0)
     post_slice_and_wait(
         sync, part, row, slices, rank,
-        make_float4(bm, bs, sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f));
+        make_float4(sr.m, sr.s, sr.sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f));
   __syncthreads();
   if (threadIdx.x < 32) {
     const float4 p =
