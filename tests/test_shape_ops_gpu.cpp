@@ -56,8 +56,8 @@ class ConcatGpu : public test::GpuTest, public ::testing::WithParamInterface<DTy
     DeviceTensor out = test::alloc(dt, os);
     concat(views.data(), views.size(), axis, out.t, stream());
     sync();
-    EXPECT_TRUE(test::bit_exact(test::download_bytes(out), cat_bytes(bytes, shapes, ax, dtype_size(dt)),
-                                dtype_size(dt)));
+    EXPECT_TRUE(test::bit_exact(test::download_bytes(out),
+                                cat_bytes(bytes, shapes, ax, dtype_size(dt)), dtype_size(dt)));
   }
 };
 
@@ -71,8 +71,12 @@ TEST_P(ConcatGpu, EveryAxisRaggedSizes) {
   check({64, 4096}, 1, {4096, 4096, 1024});
   check({4, 33}, 0, {0, 5, 0, 2});  // empty inputs are skipped
 }
-TEST_P(ConcatGpu, ManyInputs) {
-  check({3, 16}, 1, std::vector<int64_t>(300, 8));
+TEST_P(ConcatGpu, ManyInputs) { check({3, 16}, 1, std::vector<int64_t>(300, 8)); }
+// Up to 8 inputs take the output-ordered kernel, 9 the input-ordered one: both at the edge.
+TEST_P(ConcatGpu, OutputOrderedEdge) {
+  check({37, 5}, 1, {1, 2, 3, 4, 5, 6, 7, 8});
+  check({37, 5}, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  check({4097, 3}, 0, {3, 0, 1, 7, 2, 1, 1, 1, 5});  // 8 non-empty inputs
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, ConcatGpu,
@@ -86,9 +90,17 @@ TEST_P(TransposeBatchedGpu, RaggedShapes) {
   const DType dt = GetParam();
   const size_t es = dtype_size(dt);
   for (auto [b, r, c] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 1, 1}, {3, 7, 127}, {2, 127, 4097}, {5, 64, 64}, {1, 4097, 7}, {7, 1, 300},
+           {1, 1, 1},
+           {3, 7, 127},
+           {2, 127, 4097},
+           {5, 64, 64},
+           {1, 4097, 7},
+           {7, 1, 300},
            // 16-byte rows (tile path): ragged against its 8V x 32V tiles
-           {3, 72, 264}, {2, 8, 8}, {1, 520, 24}, {9, 16, 1032}}) {
+           {3, 72, 264},
+           {2, 8, 8},
+           {1, 520, 24},
+           {9, 16, 1032}}) {
     SCOPED_TRACE(std::to_string(b) + "x" + std::to_string(r) + "x" + std::to_string(c));
     DeviceTensor src = test::alloc(dt, {b, r, c});
     DeviceTensor dst = test::alloc(dt, {b, c, r});

@@ -1,15 +1,18 @@
 // Shape ops (bit-exact, any dtype): concat along any axis, batched transpose.
 //
 // concat: out viewed as (outer, W) bytes with W = Σ_i size_i·inner·elem; input i is an
-// (outer, w_i) byte matrix landing at column offset o_i. One launch for up to kMaxInputs
-// inputs: a table in the kernel parameters, blocks own tiles of one input (binary search over
-// first tiles). Access unit = the largest of 16/8/4/2/1 bytes dividing every width, offset
-// and base address (16 for the usual LLM shapes): every byte read once and written once.
-// transpose_batched: (B, R, C) -> (B, C, R). 16-byte aligned rows of 2-, 4- and 8-byte types
-// take the vectorized swizzled tile kernel of the 2-D transpose (transpose_tile.cuh) over
-// batches x tiles (a 64×64 tile of 2-byte loads per block measured 0.68 of copy bandwidth at
-// (32, 4096, 1024) bf16); anything else goes through a 64×64 shared-memory tile per block,
-// batch on grid.z. 16-bit and wider types move as such (bit-exact).
+// (outer, w_i) byte matrix landing at column offset o_i. One launch: up to kCatOutMax inputs,
+// blocks own tiles of the output (concat_out_kernel); up to kMaxInputs, a table in the kernel
+// parameters, blocks own tiles of one input (binary search over first tiles). Access unit = the
+// largest of 16/8/4/2/1 bytes dividing every width, offset and base address (16 for the usual LLM
+// shapes): every byte read once and written once.
+//
+// transpose_batched: (B, R, C) -> (B, C, R). 16-byte aligned rows of 2-, 4- and 8-byte types take
+// the vectorized swizzled tile kernel of the 2-D transpose (transpose_tile.cuh) over batches x
+// tiles (a 64×64 tile of 2-byte loads per block measured 0.68 of copy bandwidth at (32, 4096, 1024)
+// bf16); anything else goes through a 64×64 shared-memory tile per block, batch on grid.z. 16-bit
+// and wider types move as such (bit-exact).
+#include <cstdlib>
 #include <string>
 
 #include "ops/copy/transpose_tile.cuh"
@@ -70,6 +73,59 @@ __global__ void __launch_bounds__(kCatThreads) concat_kernel(const __grid_consta
       out[r * tab.out_width + e.offset + c] = v[j];
     }
   }
+}
+
+// Output order, the default for up to kCatOutMax inputs: blocks own tiles of the output, so the
+// stores form one contiguous stream, and each unit's input is found from its column (a scan
+// over the inputs' offsets). H200, (8192,4096)|(8192,1024)|(8192,1024) bf16, three alternating
+// rounds: 0.954 / 0.941 / 0.951 of copy against 0.917 / 0.915 / 0.924 for the input-ordered
+// tiles (concat_kernel; kept for more inputs, and as TESSEL_CONCAT_ORDER=in for A/B runs).
+// On the H100 an output-ordered kernel had measured the same as the input-ordered one
+// (docs/loss_optim.md, session 10).
+constexpr int kCatOutMax = 8;
+struct CatOutTable {
+  const void* src[kCatOutMax];
+  int64_t width[kCatOutMax];   // units per row of input i
+  int64_t offset[kCatOutMax];  // its first unit in an out row
+  int count;
+  int64_t out_width;  // units per out row
+  int64_t total;      // units of out
+  void* out;
+};
+
+template <class U, class I>
+__global__ void __launch_bounds__(kCatThreads)
+    concat_out_kernel(const __grid_constant__ CatOutTable t) {
+  const I k0 = static_cast<I>(blockIdx.x) * (kCatThreads * kCatUnits) + threadIdx.x;
+  const I total = static_cast<I>(t.total), out_width = static_cast<I>(t.out_width);
+  U v[kCatUnits];
+#pragma unroll
+  for (int j = 0; j < kCatUnits; ++j) {
+    const I k = k0 + static_cast<I>(j * kCatThreads);
+    if (k < total) {
+      const I r = k / out_width, c = k - r * out_width;
+      int i = 0;
+#pragma unroll
+      for (int e = 1; e < kCatOutMax; ++e)
+        if (e < t.count && c >= static_cast<I>(t.offset[e])) i = e;
+      const U* src = static_cast<const U*>(t.src[i]);
+      v[j] = src[r * static_cast<I>(t.width[i]) + (c - static_cast<I>(t.offset[i]))];
+    }
+  }
+  U* out = static_cast<U*>(t.out);
+#pragma unroll
+  for (int j = 0; j < kCatUnits; ++j) {
+    const I k = k0 + static_cast<I>(j * kCatThreads);
+    if (k < total) out[k] = v[j];
+  }
+}
+
+inline bool concat_out_order() {
+  static const bool on = [] {
+    const char* e = std::getenv("TESSEL_CONCAT_ORDER");
+    return e == nullptr || std::string(e) != "in";
+  }();
+  return on;
 }
 
 // ---- batched transpose ---------------------------------------------------------------------
@@ -163,9 +219,34 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
                 : (acc % 4 == 0) ? 4
                 : (acc % 2 == 0) ? 2
                                  : 1;
+  int nonempty = 0;
+  for (size_t i = 0; i < count; ++i) nonempty += inputs[i].numel() > 0 ? 1 : 0;
   auto launch = [&](auto unit_tag) {
     using U = decltype(unit_tag);
     constexpr int64_t kTile = int64_t{kCatThreads} * kCatUnits;
+    if (concat_out_order() && nonempty <= kCatOutMax) {
+      CatOutTable t{};
+      t.out = out.data;
+      t.out_width = wbytes / g;
+      t.total = outer * t.out_width;
+      int64_t offset = 0;
+      for (size_t i = 0; i < count; ++i) {
+        const int64_t w = inputs[i].shape[ax] * inner * static_cast<int64_t>(es) / g;
+        if (w == 0) continue;
+        t.src[t.count] = inputs[i].data;
+        t.width[t.count] = w;
+        t.offset[t.count] = offset;
+        ++t.count;
+        offset += w;
+      }
+      const dim3 grid(static_cast<unsigned>((t.total + kTile - 1) / kTile));
+      if (t.total < (int64_t{1} << 31))
+        concat_out_kernel<U, uint32_t><<<grid, kCatThreads, 0, stream>>>(t);
+      else
+        concat_out_kernel<U, int64_t><<<grid, kCatThreads, 0, stream>>>(t);
+      detail::check_launch("concat");
+      return;
+    }
     CatTable tab;
     tab.count = 0;
     tab.out = out.data;
