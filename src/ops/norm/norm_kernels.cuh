@@ -762,10 +762,15 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
 // 0.873 / 0.870 (dependent launch had hidden part of the old kernel's time).
 constexpr int kSumVecCols = 32, kSumVecLanes = 32, kSumVecGroups = kSumVecCols / 4;
 
-template <class TW>
-__global__ void __launch_bounds__(kSumVecGroups* kSumVecLanes)
+// COLS: columns per block (32; 8 spreads the slots over 128 lanes and 4x the blocks: A/B,
+// TESSEL_NORM_SUM_COLS=8). The lane count sets the order of the sums: each COLS is
+// deterministic on its own.
+template <class TW, int COLS = kSumVecCols>
+__global__ void __launch_bounds__(256)
     sum_slots_vec_kernel(const float* __restrict__ ws, int64_t K, int64_t n, TW* __restrict__ out0,
                          TW* __restrict__ out1) {
+  constexpr int kSumVecGroups = COLS / 4, kSumVecLanes = 256 / kSumVecGroups;
+  constexpr int kSumVecCols = COLS;
   __shared__ float4 part[kSumVecLanes][kSumVecGroups];
   tile::wait_prior_grid();  // the partials are the previous kernel's output
   const int grp = threadIdx.x % kSumVecGroups, lane = threadIdx.x / kSumVecGroups;
@@ -803,23 +808,77 @@ __global__ void __launch_bounds__(kSumVecGroups* kSumVecLanes)
   }
 }
 
+// Few slots (K <= kSumLanes: the long rows' one slot per cluster), n % 4 == 0: one thread per
+// 4 columns adds the K slots in slot order, all K loads in flight. The 8-lane kernel gave such
+// a sum one block per 32 columns, most lanes idle: 2 x 8192 blocks for 256x262144, ~20 us of a
+// 155 us LayerNorm backward (H200; Nsight Compute put the backward kernel itself at 132 us).
+// Same operations in the same order as the 8-lane kernel for K <= 8 (each slot value enters as
+// 0 + x, its empty lanes add +0), so the sums are bitwise the same.
+template <class TW>
+__global__ void __launch_bounds__(256)
+    sum_few_slots_kernel(const float* __restrict__ ws, int64_t K, int64_t n, TW* __restrict__ out0,
+                         TW* __restrict__ out1) {
+  tile::wait_prior_grid();  // the partials are the previous kernel's output
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  const int arr = blockIdx.y;
+  if (c >= n) return;
+  auto add = [](float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  };
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* p = ws + arr * K * n + c;
+  float4 v[kSumLanes];
+#pragma unroll
+  for (int k = 0; k < kSumLanes; ++k)
+    if (k < K) v[k] = add(zero, __ldcg(reinterpret_cast<const float4*>(p + k * n)));
+  float4 t = v[0];
+#pragma unroll
+  for (int k = 1; k < kSumLanes; ++k)
+    if (k < K) t = add(t, v[k]);
+  if (K < kSumLanes) t = add(t, zero);
+  TW* o = (arr == 0 ? out0 : out1) + c;
+  o[0] = from_f32<TW>(t.x);
+  o[1] = from_f32<TW>(t.y);
+  o[2] = from_f32<TW>(t.z);
+  o[3] = from_f32<TW>(t.w);
+}
+
 // dw (and db when out1 != nullptr) from K partial slots of n columns each.
 template <class TW>
 void launch_sum_slots(const float* ws, int64_t K, int64_t n, void* out0, void* out1,
                       cudaStream_t stream) {
-  // TESSEL_NORM_SUM_VEC=0: the 8-lane kernel (A/B).
+  // TESSEL_NORM_SUM_VEC=0: the 8-lane kernel for every K (A/B).
   static const bool vec_allowed = [] {
     const char* e = std::getenv("TESSEL_NORM_SUM_VEC");
     return !(e && e[0] == '0');
   }();
-  // Few slots (long rows: one per cluster) keep the 8-lane kernel: 32 lanes would mostly idle
-  // (256x262144 RMS backward: 0.60 with them, 0.63 without).
+  // Up to 63 slots do not take the 32-lane kernel: its lanes would mostly idle (256x262144 RMS
+  // backward: 0.60 with them, 0.63 with the 8-lane kernel); up to 8 take sum_few_slots_kernel.
+  static const int sum_cols = [] {
+    const char* e = std::getenv("TESSEL_NORM_SUM_COLS");
+    return e != nullptr && std::atoi(e) == 8 ? 8 : kSumVecCols;
+  }();
+  if (vec_allowed && sum_cols == 8 && K >= 2 * kSumVecLanes && n % 4 == 0 &&
+      reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
+    const dim3 g(static_cast<unsigned>((n + 7) / 8), out1 ? 2 : 1);
+    TESSEL_CUDA_CHECK(detail::launch_dependent(sum_slots_vec_kernel<TW, 8>, g, dim3(256), 0, stream,
+                                               ws, K, n, static_cast<TW*>(out0),
+                                               static_cast<TW*>(out1)));
+    return;
+  }
   if (vec_allowed && K >= 2 * kSumVecLanes && n % 4 == 0 &&
       reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
     const dim3 g(static_cast<unsigned>((n + kSumVecCols - 1) / kSumVecCols), out1 ? 2 : 1);
     TESSEL_CUDA_CHECK(detail::launch_dependent(sum_slots_vec_kernel<TW>, g,
                                                dim3(kSumVecGroups * kSumVecLanes), 0, stream, ws, K,
                                                n, static_cast<TW*>(out0), static_cast<TW*>(out1)));
+    return;
+  }
+  if (vec_allowed && K <= kSumLanes && n % 4 == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
+    const dim3 g(static_cast<unsigned>((n / 4 + 255) / 256), out1 ? 2 : 1);
+    TESSEL_CUDA_CHECK(detail::launch_dependent(sum_few_slots_kernel<TW>, g, dim3(256), 0, stream,
+                                               ws, K, n, static_cast<TW*>(out0),
+                                               static_cast<TW*>(out1)));
     return;
   }
   const dim3 g(static_cast<unsigned>((n + kSumCols - 1) / kSumCols), out1 ? 2 : 1);
