@@ -762,15 +762,10 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
 // 0.873 / 0.870 (dependent launch had hidden part of the old kernel's time).
 constexpr int kSumVecCols = 32, kSumVecLanes = 32, kSumVecGroups = kSumVecCols / 4;
 
-// COLS: columns per block (32; 8 spreads the slots over 128 lanes and 4x the blocks: A/B,
-// TESSEL_NORM_SUM_COLS=8). The lane count sets the order of the sums: each COLS is
-// deterministic on its own.
-template <class TW, int COLS = kSumVecCols>
-__global__ void __launch_bounds__(256)
+template <class TW>
+__global__ void __launch_bounds__(kSumVecGroups* kSumVecLanes)
     sum_slots_vec_kernel(const float* __restrict__ ws, int64_t K, int64_t n, TW* __restrict__ out0,
                          TW* __restrict__ out1) {
-  constexpr int kSumVecGroups = COLS / 4, kSumVecLanes = 256 / kSumVecGroups;
-  constexpr int kSumVecCols = COLS;
   __shared__ float4 part[kSumVecLanes][kSumVecGroups];
   tile::wait_prior_grid();  // the partials are the previous kernel's output
   const int grp = threadIdx.x % kSumVecGroups, lane = threadIdx.x / kSumVecGroups;
@@ -854,18 +849,6 @@ void launch_sum_slots(const float* ws, int64_t K, int64_t n, void* out0, void* o
   }();
   // Up to 63 slots do not take the 32-lane kernel: its lanes would mostly idle (256x262144 RMS
   // backward: 0.60 with them, 0.63 with the 8-lane kernel); up to 8 take sum_few_slots_kernel.
-  static const int sum_cols = [] {
-    const char* e = std::getenv("TESSEL_NORM_SUM_COLS");
-    return e != nullptr && std::atoi(e) == 8 ? 8 : kSumVecCols;
-  }();
-  if (vec_allowed && sum_cols == 8 && K >= 2 * kSumVecLanes && n % 4 == 0 &&
-      reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
-    const dim3 g(static_cast<unsigned>((n + 7) / 8), out1 ? 2 : 1);
-    TESSEL_CUDA_CHECK(detail::launch_dependent(sum_slots_vec_kernel<TW, 8>, g, dim3(256), 0, stream,
-                                               ws, K, n, static_cast<TW*>(out0),
-                                               static_cast<TW*>(out1)));
-    return;
-  }
   if (vec_allowed && K >= 2 * kSumVecLanes && n % 4 == 0 &&
       reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
     const dim3 g(static_cast<unsigned>((n + kSumVecCols - 1) / kSumVecCols), out1 ? 2 : 1);
