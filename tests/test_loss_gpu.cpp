@@ -187,6 +187,41 @@ TEST_F(CrossEntropyMiscGpu, ClusterManyRowsPitchedDeterministic) {
   for (size_t i = 0; i < dx_runs[0].size(); ++i) ASSERT_EQ(dx_runs[0][i], dx_runs[1][i]) << i;
 }
 
+// Enough rows that every CTA of the persistent ring kernel cycles its slice buffers several
+// times: one slice per row (rows complete as soon as they post) and three (rows spread over
+// CTAs, label smoothing, mean over i32 targets); two runs must agree bitwise.
+TEST_F(CrossEntropyMiscGpu, RingManyRowsDeterministic) {
+  struct Case {
+    DType dt;
+    int64_t n, v;
+    float eps;
+  };
+  for (const Case c : {Case{DType::f16, 4000, 16392, 0.f}, Case{DType::bf16, 600, 50008, 0.1f}}) {
+    SCOPED_TRACE("V " + std::to_string(c.v));
+    std::vector<double> xv = rng().uniform(static_cast<size_t>(c.n * c.v), -8.0, 8.0);
+    DeviceTensor x = test::to_device(c.dt, {c.n, c.v}, xv);
+    const std::vector<int64_t> t = random_targets(rng(), c.n, c.v, -100, true);
+    DeviceTensor td = targets_device(t, DType::i32);
+    CrossEntropyOptions o;
+    o.reduction = Reduction::mean;
+    o.label_smoothing = c.eps;
+    std::vector<double> loss_runs[2], dx_runs[2];
+    for (int run = 0; run < 2; ++run) {
+      DeviceTensor loss = test::alloc(DType::f32, {});
+      DeviceTensor dx = test::alloc(c.dt, {c.n, c.v});
+      cross_entropy(x.t, td.t, loss.t, &dx.t, stream(), o);
+      sync();
+      loss_runs[run] = test::download_values(loss);
+      dx_runs[run] = test::download_values(dx);
+    }
+    const auto r = ref::cross_entropy(xv, t, c.n, c.v, -100, c.eps, 1);
+    EXPECT_TRUE(test::all_close(loss_runs[0], {r.sum / r.count}, DType::f32));
+    EXPECT_TRUE(test::all_close(dx_runs[0], r.dlogits, c.dt));
+    ASSERT_EQ(loss_runs[0], loss_runs[1]);
+    for (size_t i = 0; i < dx_runs[0].size(); ++i) ASSERT_EQ(dx_runs[0][i], dx_runs[1][i]) << i;
+  }
+}
+
 // ---- fused linear + cross-entropy ---------------------------------------------------------
 using FlceParam = std::tuple<DType, int64_t, int64_t>;  // dtype, N, chunk_rows
 class FusedLinearCrossEntropyGpu : public test::GpuTest,
