@@ -29,28 +29,17 @@ __device__ __forceinline__ unsigned take_slice_ticket(unsigned* sync) {
   return atomicAdd(&sync[0], 1u);
 }
 
-// Thread 0: publish this slice's partial and count it in on its row.
-__device__ __forceinline__ void post_slice(unsigned* sync, float4* part, int64_t row, int slices,
-                                           int rank, float4 v) {
-  part[row * slices + rank] = v;
-  __threadfence();
-  atomicAdd(sync + 1 + row, 1u);
-}
-
-// Thread 0: whether all `slices` of `row` have posted (acquire: their partials are visible to
-// this CTA after the CTA barrier that follows).
-__device__ __forceinline__ bool row_slices_posted(const unsigned* sync, int64_t row, int slices) {
-  unsigned seen;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync + 1 + row) : "memory");
-  return seen >= static_cast<unsigned>(slices);
-}
-
 // Thread 0: publish this slice's partial and wait until all `slices` of `row` have.
 __device__ __forceinline__ void post_slice_and_wait(unsigned* sync, float4* part, int64_t row,
                                                     int slices, int rank, float4 v) {
-  post_slice(sync, part, row, slices, rank, v);
-  while (!row_slices_posted(sync, row, slices)) {
-  }
+  part[row * slices + rank] = v;
+  __threadfence();
+  unsigned* arrivals = sync + 1 + row;
+  atomicAdd(arrivals, 1u);
+  unsigned seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
+  } while (seen < static_cast<unsigned>(slices));
 }
 
 // Lane r < slices of any thread after the CTA barrier that follows post_slice_and_wait: slice

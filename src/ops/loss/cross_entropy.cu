@@ -267,40 +267,33 @@ struct SliceFold {
   float m = -INFINITY, se = 0.f, sx = 0.f;
 };
 
-// Thread 0: bulk-copies nv 16-byte units from xr into `slice` in kPieces pieces, piece p
-// completing on bar[p]. An empty piece (short last slices) gets a plain arrival, so every
-// barrier completes one phase per slice: the ring kernel reuses them by parity.
-template <class T>
-__device__ __forceinline__ void issue_slice(const T* xr, T* slice, int nv, uint64_t* bar) {
+template <class T, int BLOCK = kClusterBlock>
+__device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slice, int nv,
+                                                            uint64_t (&bar)[kPieces], bool smooth) {
   constexpr int VEC = kVec16<T>;
   const int piece_v = (nv + kPieces - 1) / kPieces;
+  if (threadIdx.x == 0) {
 #pragma unroll
-  for (int p = 0; p < kPieces; ++p) {
-    const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
-    if (v1 <= v0) {
-      mbar_arrive(&bar[p]);
-      continue;
-    }
-    const uint32_t bytes = static_cast<uint32_t>(v1 - v0) * 16u;
-    mbar_arrive_expect_tx(&bar[p], bytes);
-    bulk_copy_g2s(slice + v0 * VEC, xr + v0 * VEC, bytes, &bar[p]);
+    for (int p = 0; p < kPieces; ++p) mbar_init(&bar[p], 1);
+    mbar_init_fence();
   }
-}
-
-// Every thread: folds a slice issued by issue_slice (barrier phase `parity`) into its online
-// (max m, Σexp relative to m, Σx with label smoothing) as the pieces land.
-template <class T>
-__device__ __forceinline__ SliceFold<T> fold_slice(const T* slice, int nv, uint64_t* bar,
-                                                   uint32_t parity, bool smooth) {
-  constexpr int VEC = kVec16<T>;
-  const int piece_v = (nv + kPieces - 1) / kPieces;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < kPieces; ++p) {
+      const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
+      if (v1 <= v0) break;
+      const uint32_t bytes = static_cast<uint32_t>(v1 - v0) * 16u;
+      mbar_arrive_expect_tx(&bar[p], bytes);
+      bulk_copy_g2s(slice + v0 * VEC, xr + v0 * VEC, bytes, &bar[p]);
+    }
+  }
   SliceFold<T> r;
   for (int p = 0; p < kPieces; ++p) {
     const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
     if (v1 <= v0) break;
-    mbar_wait(&bar[p], parity);
+    mbar_wait(&bar[p], 0);
     FragMax<T, VEC> fm;
-    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
+    for (int v = v0 + threadIdx.x; v < v1; v += BLOCK) {
       const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
       fm.add(f);
       if (smooth) {
@@ -314,7 +307,7 @@ __device__ __forceinline__ SliceFold<T> fold_slice(const T* slice, int nv, uint6
     if (nm == -INFINITY) continue;
     const float nms = nm * kLog2e;
     float ps0 = 0.f, ps1 = 0.f;  // two chains: the FADDs are the critical path per fragment
-    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
+    for (int v = v0 + threadIdx.x; v < v1; v += BLOCK) {
       const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
       float x[VEC];
       frag_f32(f, x);
@@ -331,19 +324,6 @@ __device__ __forceinline__ SliceFold<T> fold_slice(const T* slice, int nv, uint6
   return r;
 }
 
-template <class T>
-__device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slice, int nv,
-                                                            uint64_t (&bar)[kPieces], bool smooth) {
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int p = 0; p < kPieces; ++p) mbar_init(&bar[p], 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) issue_slice(xr, slice, nv, bar);
-  return fold_slice(slice, nv, bar, 0, smooth);
-}
-
 // Slice `rank` of `row` (`chunk` columns from base = rank · chunk, n of them inside the row):
 // staged in shared memory, folded, and reduced over the CTA to its (max, Σexp relative to that
 // max, Σx with label smoothing). Shared by the cluster, exchange and forward-only slice kernels.
@@ -354,35 +334,23 @@ struct SliceReduce {
   float m, s, sx;  // the CTA's max, Σexp(x - m), Σx (0 without smoothing)
 };
 
-// The columns of slice `rank`: base = rank · chunk, n of them inside the row.
-template <class T>
-__device__ __forceinline__ SliceReduce<T> slice_extent(const CeArgs& a, int rank, int chunk) {
+template <class T, int BLOCK = kClusterBlock>
+__device__ __forceinline__ SliceReduce<T> reduce_slice(const CeArgs& a, int64_t row, int rank,
+                                                       int chunk, T* slice,
+                                                       uint64_t (&bar)[kPieces], float* scratch) {
+  constexpr int VEC = kVec16<T>;
   SliceReduce<T> r;
   r.base = int64_t{rank} * chunk;
   const int64_t left = a.cols - r.base;
   r.n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
-  r.nv = r.n / kVec16<T>;
-  return r;
-}
-
-// Reduces the threads' folds over the CTA into r's (m, s, sx).
-template <class T>
-__device__ __forceinline__ void reduce_fold(const CeArgs& a, const SliceFold<T>& f,
-                                            float* scratch, SliceReduce<T>& r) {
-  r.m = group_reduce<kClusterBlock, kClusterBlock>(f.m, MaxOp{}, scratch);
-  const float s = f.m == -INFINITY ? 0.f : f.se * exp2f((f.m - r.m) * kLog2e);
-  r.s = group_reduce<kClusterBlock, kClusterBlock>(s, SumOp{}, scratch);
-  r.sx = a.smoothing != 0.f ? group_reduce<kClusterBlock, kClusterBlock>(f.sx, SumOp{}, scratch)
-                            : f.sx;
-}
-
-template <class T>
-__device__ __forceinline__ SliceReduce<T> reduce_slice(const CeArgs& a, int64_t row, int rank,
-                                                       int chunk, T* slice,
-                                                       uint64_t (&bar)[kPieces], float* scratch) {
-  SliceReduce<T> r = slice_extent<T>(a, rank, chunk);
+  r.nv = r.n / VEC;
   const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + r.base;
-  reduce_fold(a, load_and_fold_slice(xr, slice, r.nv, bar, a.smoothing != 0.f), scratch, r);
+  const SliceFold<T> f = load_and_fold_slice<T, BLOCK>(xr, slice, r.nv, bar, a.smoothing != 0.f);
+  r.m = group_reduce<BLOCK, BLOCK>(f.m, MaxOp{}, scratch);
+  const float s = f.m == -INFINITY ? 0.f : f.se * exp2f((f.m - r.m) * kLog2e);
+  r.s = group_reduce<BLOCK, BLOCK>(s, SumOp{}, scratch);
+  r.sx = a.smoothing != 0.f ? group_reduce<BLOCK, BLOCK>(f.sx, SumOp{}, scratch)
+                            : f.sx;
   return r;
 }
 
@@ -405,7 +373,7 @@ __device__ __forceinline__ void merge_slice_partials(float pm, float ps, float p
 
 // dlogits of a CTA's slice (n columns from `base`, staged in shared memory) once the row's
 // statistics are known: the cluster kernel and the exchange kernel share it.
-template <class T>
+template <class T, int BLOCK = kClusterBlock>
 __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFinish& f,
                                                     const T* slice, int64_t row, int64_t base,
                                                     int n, int nv) {
@@ -440,7 +408,7 @@ __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFi
     T* dp = dr + threadIdx.x * VEC;
 #pragma unroll 4
     for (int v = threadIdx.x; v < nv;
-         v += kClusterBlock, sp += kClusterBlock * VEC, dp += kClusterBlock * VEC) {
+         v += BLOCK, sp += BLOCK * VEC, dp += BLOCK * VEC) {
       float x[VEC];
       frag_f32(load_frag<VEC>(sp), x);
 #pragma unroll
@@ -452,7 +420,7 @@ __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFi
     const int64_t tl = f.t - base;
     if (tl >= 0 && tl < n) {
       const int tv = static_cast<int>(tl / VEC);
-      if (tv % kClusterBlock == static_cast<int>(threadIdx.x)) {
+      if (tv % BLOCK == static_cast<int>(threadIdx.x)) {
         const int tj = static_cast<int>(tl % VEC);
         float x[VEC];
         frag_f32(load_frag<VEC>(slice + tv * VEC), x);
@@ -547,13 +515,15 @@ __global__ void __launch_bounds__(kClusterBlock)
 // (max, Σexp, Σx, x_t) through global memory (ops/slice_exchange.cuh) instead of distributed
 // shared memory; merged like the cluster kernel's (bit-identical results). H200, 4096 x 128256
 // bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster (docs/loss_optim.md, session 26).
-template <class T>
-__global__ void __launch_bounds__(kClusterBlock)
+constexpr int kExchangeBlock = 256;
+
+template <class T, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
     ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync) {
   extern __shared__ __align__(128) unsigned char slice_raw[];
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
-  __shared__ float scratch[kClusterBlock / 32];
+  __shared__ float scratch[BLOCK / 32];
   __shared__ float stats[4];
   __shared__ unsigned s_id;
   if (threadIdx.x == 0) s_id = take_slice_ticket(sync);
@@ -561,7 +531,7 @@ __global__ void __launch_bounds__(kClusterBlock)
   const int64_t row = s_id / slices;
   const int rank = static_cast<int>(s_id % slices);
   const int64_t t = load_target(a, row);
-  const SliceReduce<T> sr = reduce_slice(a, row, rank, chunk, slice, bar, scratch);
+  const SliceReduce<T> sr = reduce_slice<T, BLOCK>(a, row, rank, chunk, slice, bar, scratch);
   const int64_t base = sr.base;
   const int n = sr.n, nv = sr.nv;
   if (threadIdx.x == 0)
@@ -578,128 +548,7 @@ __global__ void __launch_bounds__(kClusterBlock)
   float loss;
   const RowFinish f = finish_row(a, t, stats[0], stats[1], stats[2], stats[3], &loss);
   if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
-  write_slice_dlogits(a, f, slice, row, base, n, nv);
-}
-
-// Loss + dlogits on a persistent grid whose CTAs each keep a ring of `depth` slice buffers
-// (ops/slice_exchange.cuh protocol, the same slices, fold, merge order and gradient sweep as
-// ce_exchange_kernel: bit-identical results). ce_exchange_kernel's CTAs hold their slice idle
-// while they wait for the row's other slices (ncu, H200: that wait is the top stall; 0.82 of
-// copy). Here a CTA never waits while it has work: between a slice's reduction and its
-// gradient it reduces the next slices, whose copies were issued when a buffer came free, so
-// its loads stay in flight across the exchange.
-//
-// Slices are taken by ticket into the ring in order. Each step, thread 0 picks one action:
-//   write   the oldest slice's row has all its partials: merge, write its dlogits, free its
-//           buffer and fill it with the next ticket's copy;
-//   reduce  else, the oldest unreduced slice: fold, reduce, post its partial;
-//   wait    else (every held slice posted): spin until the oldest slice's row is complete.
-// A CTA only spins with all its slices posted, so a row's missing slices belong to CTAs that
-// are reducing or to tickets not yet taken; with the grid resident and resident CTAs x depth
-// >= slices per row, the lowest untaken ticket is always reachable (docs/loss_optim.md).
-constexpr int kRingMax = 4;
-constexpr int kRingDefault = 2;
-
-template <class T>
-__global__ void __launch_bounds__(kClusterBlock)
-    ce_ring_kernel(CeArgs a, int chunk, int slices, int depth, float4* part, unsigned* sync) {
-  extern __shared__ __align__(128) unsigned char ring_raw[];
-  __shared__ uint64_t bar[kRingMax][kPieces];
-  __shared__ float scratch[kClusterBlock / 32];
-  __shared__ float stats[4];
-  __shared__ unsigned s_ticket[kRingMax];
-  __shared__ int s_action;
-  enum : int { kReduce = 0, kWrite = 1, kDone = 2 };
-  const unsigned total = static_cast<unsigned>(a.rows) * static_cast<unsigned>(slices);
-  auto buffer = [&](int slot) {
-    return reinterpret_cast<T*>(ring_raw + static_cast<size_t>(slot) * chunk * sizeof(T));
-  };
-  // Thread 0 only: takes the next ticket into `slot` and issues its copy; false when none left.
-  auto fill = [&](int slot) {
-    const unsigned id = take_slice_ticket(sync);
-    s_ticket[slot] = id;
-    if (id >= total) return false;
-    const int64_t row = id / slices;
-    const SliceReduce<T> e = slice_extent<T>(a, static_cast<int>(id % slices), chunk);
-    issue_slice(static_cast<const T*>(a.x) + row * a.x_pitch + e.base, buffer(slot), e.nv,
-                bar[slot]);
-    return true;
-  };
-  // Ring positions: head (oldest held) <= reduced <= tail (next to fill); slot = position %
-  // depth, and a slot's barriers complete one phase per use, so position p waits on parity
-  // (p / depth) & 1. tail and `exhausted` are thread 0's alone.
-  int head = 0, reduced = 0, tail = 0;
-  bool exhausted = false;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < depth; ++s)
-      for (int p = 0; p < kPieces; ++p) mbar_init(&bar[s][p], 1);
-    mbar_init_fence();
-    for (; tail < depth && !exhausted; ++tail) exhausted = !fill(tail);
-    tail -= exhausted ? 1 : 0;
-  }
-  for (;;) {
-    if (threadIdx.x == 0) {
-      int act = kReduce;
-      if (head == tail) {
-        act = kDone;
-      } else if (reduced > head) {
-        const int64_t row = s_ticket[head % depth] / slices;
-        if (row_slices_posted(sync, row, slices)) {
-          act = kWrite;
-        } else if (reduced == tail) {
-          while (!row_slices_posted(sync, row, slices)) {
-          }
-          act = kWrite;
-        }
-      }
-      s_action = act;
-    }
-    __syncthreads();
-    const int act = s_action;
-    if (act == kDone) break;
-    if (act == kReduce) {
-      const int slot = reduced % depth;
-      const unsigned id = s_ticket[slot];
-      const int64_t row = id / slices;
-      const int rank = static_cast<int>(id % slices);
-      SliceReduce<T> r = slice_extent<T>(a, rank, chunk);
-      const T* slice = buffer(slot);
-      reduce_fold(a,
-                  fold_slice(slice, r.nv, bar[slot], static_cast<uint32_t>(reduced / depth) & 1u,
-                             a.smoothing != 0.f),
-                  scratch, r);
-      if (threadIdx.x == 0) {
-        const int64_t t = load_target(a, row);
-        post_slice(sync, part, row, slices, rank,
-                   make_float4(r.m, r.s, r.sx,
-                               t >= r.base && t < r.base + r.n ? to_f32(slice[t - r.base]) : 0.f));
-      }
-      ++reduced;
-    } else {
-      const int slot = head % depth;
-      const unsigned id = s_ticket[slot];
-      const int64_t row = id / slices;
-      const int rank = static_cast<int>(id % slices);
-      if (threadIdx.x < 32) {
-        const float4 p =
-            slice_partial(part, row, slices, threadIdx.x, make_float4(-INFINITY, 0.f, 0.f, 0.f));
-        merge_slice_partials(p.x, p.y, p.z, p.w, stats);
-      }
-      __syncthreads();
-      const SliceReduce<T> r = slice_extent<T>(a, rank, chunk);
-      float loss;
-      const RowFinish f =
-          finish_row(a, load_target(a, row), stats[0], stats[1], stats[2], stats[3], &loss);
-      if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
-      write_slice_dlogits(a, f, buffer(slot), row, r.base, r.n, r.nv);
-      __syncthreads();  // the buffer and `stats` are free
-      ++head;
-      if (threadIdx.x == 0 && !exhausted) {
-        exhausted = !fill(tail % depth);
-        if (!exhausted) ++tail;
-      }
-    }
-  }
+  write_slice_dlogits<T, BLOCK>(a, f, slice, row, base, n, nv);
 }
 
 // ---- stream kernel: one block per row, two sweeps ------------------------------------------
@@ -948,6 +797,17 @@ bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
   return true;
 }
 
+// Threads per exchange CTA. TESSEL_CE_BLOCK=256 / 512 / 1024 (A/B of the reduce and gradient
+// sweeps' speed against CTAs per SM).
+inline int exchange_block() {
+  static const int block = [] {
+    const char* e = std::getenv("TESSEL_CE_BLOCK");
+    const int b = e ? std::atoi(e) : kExchangeBlock;
+    return b == 256 || b == 512 || b == 1024 ? b : kExchangeBlock;
+  }();
+  return block;
+}
+
 // Loss + dlogits with try_cluster's slices on independent CTAs (ce_exchange_kernel); false
 // (nothing launched) where those slices do not apply. TESSEL_CE_EXCHANGE=cluster keeps the
 // cluster kernel (A/B).
@@ -960,58 +820,23 @@ bool try_exchange(const CeArgs& a, cudaStream_t stream) {
   const Slices sl = slices_of<T>(a, 32);
   if (!enabled || !sl.ok || a.dx == nullptr) return false;
   const int64_t slices = sl.count, chunk = sl.chunk, smem = sl.smem;
-  if (cudaFuncSetAttribute(ce_exchange_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+  auto launch = [&](auto kernel, int block) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem)) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    // Own scratch: the caller's count / row losses live in stream_workspace.
+    const SliceExchange ex(a.rows, slices, stream);
+    kernel<<<static_cast<unsigned>(a.rows * slices), block, static_cast<size_t>(smem), stream>>>(
+        a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync);
+    return true;
+  };
+  switch (exchange_block()) {
+    case 512: return launch(ce_exchange_kernel<T, 512>, 512);
+    case 1024: return launch(ce_exchange_kernel<T, 1024>, 1024);
+    default: return launch(ce_exchange_kernel<T, kClusterBlock>, kClusterBlock);
   }
-  // Own scratch: the caller's count / row losses live in stream_workspace.
-  const SliceExchange ex(a.rows, slices, stream);
-  ce_exchange_kernel<T>
-      <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
-         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync);
-  return true;
-}
-
-// TESSEL_CE_RING=d: ring depth of ce_ring_kernel (1 ... kRingMax), 0 for ce_exchange_kernel.
-inline int ring_depth() {
-  static const int depth = [] {
-    const char* e = std::getenv("TESSEL_CE_RING");
-    const int d = e ? std::atoi(e) : kRingDefault;
-    return d >= 0 && d <= kRingMax ? d : kRingDefault;
-  }();
-  return depth;
-}
-
-// Loss + dlogits on ce_ring_kernel: a resident grid (at most occupancy x SMs CTAs); false
-// (nothing launched) where its slices do not apply or fewer CTAs than a row's slices / depth
-// would be resident (no progress guarantee then).
-template <class T>
-bool try_ring(const CeArgs& a, cudaStream_t stream) {
-  const int depth = ring_depth();
-  const Slices sl = slices_of<T>(a, 32);
-  if (depth == 0 || !sl.ok || a.dx == nullptr) return false;
-  const int64_t slices = sl.count, chunk = sl.chunk;
-  const int64_t smem = sl.smem * depth;
-  if (cudaFuncSetAttribute(ce_ring_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ce_ring_kernel<T>, kClusterBlock,
-                                                    static_cast<size_t>(smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  const int64_t resident = int64_t{per_sm} * current_sm_count();
-  const int64_t needed = (a.rows * slices + depth - 1) / depth;
-  if (resident * depth < slices) return false;
-  const SliceExchange ex(a.rows, slices, stream);
-  ce_ring_kernel<T><<<static_cast<unsigned>(std::min(resident, needed)), kClusterBlock,
-                      static_cast<size_t>(smem), stream>>>(
-      a, static_cast<int>(chunk), static_cast<int>(slices), depth, ex.part, ex.sync);
-  return true;
 }
 
 }  // namespace
@@ -1032,7 +857,6 @@ void ce_launch(const CeLaunch& p, cudaStream_t stream) {
     });
     if (grouped) return;
     if (p.dx == nullptr && vec_ok && try_fwd_slices<T>(a, stream)) return;
-    if (vec_ok && try_ring<T>(a, stream)) return;
     if (vec_ok && try_exchange<T>(a, stream)) return;
     if (vec_ok && try_cluster<T>(a, stream)) return;
     cudaGetLastError();  // a refused cluster launch falls back
