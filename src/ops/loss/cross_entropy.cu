@@ -267,7 +267,7 @@ struct SliceFold {
   float m = -INFINITY, se = 0.f, sx = 0.f;
 };
 
-template <class T, int BLOCK = kClusterBlock>
+template <class T>
 __device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slice, int nv,
                                                             uint64_t (&bar)[kPieces], bool smooth) {
   constexpr int VEC = kVec16<T>;
@@ -293,7 +293,7 @@ __device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slic
     if (v1 <= v0) break;
     mbar_wait(&bar[p], 0);
     FragMax<T, VEC> fm;
-    for (int v = v0 + threadIdx.x; v < v1; v += BLOCK) {
+    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
       const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
       fm.add(f);
       if (smooth) {
@@ -307,7 +307,7 @@ __device__ __forceinline__ SliceFold<T> load_and_fold_slice(const T* xr, T* slic
     if (nm == -INFINITY) continue;
     const float nms = nm * kLog2e;
     float ps0 = 0.f, ps1 = 0.f;  // two chains: the FADDs are the critical path per fragment
-    for (int v = v0 + threadIdx.x; v < v1; v += BLOCK) {
+    for (int v = v0 + threadIdx.x; v < v1; v += kClusterBlock) {
       const Frag<T, VEC> f = load_frag<VEC>(slice + v * VEC);
       float x[VEC];
       frag_f32(f, x);
@@ -334,7 +334,7 @@ struct SliceReduce {
   float m, s, sx;  // the CTA's max, Σexp(x - m), Σx (0 without smoothing)
 };
 
-template <class T, int BLOCK = kClusterBlock>
+template <class T>
 __device__ __forceinline__ SliceReduce<T> reduce_slice(const CeArgs& a, int64_t row, int rank,
                                                        int chunk, T* slice,
                                                        uint64_t (&bar)[kPieces], float* scratch) {
@@ -345,11 +345,11 @@ __device__ __forceinline__ SliceReduce<T> reduce_slice(const CeArgs& a, int64_t 
   r.n = left <= 0 ? 0 : left < chunk ? static_cast<int>(left) : chunk;
   r.nv = r.n / VEC;
   const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + r.base;
-  const SliceFold<T> f = load_and_fold_slice<T, BLOCK>(xr, slice, r.nv, bar, a.smoothing != 0.f);
-  r.m = group_reduce<BLOCK, BLOCK>(f.m, MaxOp{}, scratch);
+  const SliceFold<T> f = load_and_fold_slice(xr, slice, r.nv, bar, a.smoothing != 0.f);
+  r.m = group_reduce<kClusterBlock, kClusterBlock>(f.m, MaxOp{}, scratch);
   const float s = f.m == -INFINITY ? 0.f : f.se * exp2f((f.m - r.m) * kLog2e);
-  r.s = group_reduce<BLOCK, BLOCK>(s, SumOp{}, scratch);
-  r.sx = a.smoothing != 0.f ? group_reduce<BLOCK, BLOCK>(f.sx, SumOp{}, scratch)
+  r.s = group_reduce<kClusterBlock, kClusterBlock>(s, SumOp{}, scratch);
+  r.sx = a.smoothing != 0.f ? group_reduce<kClusterBlock, kClusterBlock>(f.sx, SumOp{}, scratch)
                             : f.sx;
   return r;
 }
@@ -373,7 +373,7 @@ __device__ __forceinline__ void merge_slice_partials(float pm, float ps, float p
 
 // dlogits of a CTA's slice (n columns from `base`, staged in shared memory) once the row's
 // statistics are known: the cluster kernel and the exchange kernel share it.
-template <class T, int BLOCK = kClusterBlock>
+template <class T>
 __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFinish& f,
                                                     const T* slice, int64_t row, int64_t base,
                                                     int n, int nv) {
@@ -408,7 +408,7 @@ __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFi
     T* dp = dr + threadIdx.x * VEC;
 #pragma unroll 4
     for (int v = threadIdx.x; v < nv;
-         v += BLOCK, sp += BLOCK * VEC, dp += BLOCK * VEC) {
+         v += kClusterBlock, sp += kClusterBlock * VEC, dp += kClusterBlock * VEC) {
       float x[VEC];
       frag_f32(load_frag<VEC>(sp), x);
 #pragma unroll
@@ -420,7 +420,7 @@ __device__ __forceinline__ void write_slice_dlogits(const CeArgs& a, const RowFi
     const int64_t tl = f.t - base;
     if (tl >= 0 && tl < n) {
       const int tv = static_cast<int>(tl / VEC);
-      if (tv % BLOCK == static_cast<int>(threadIdx.x)) {
+      if (tv % kClusterBlock == static_cast<int>(threadIdx.x)) {
         const int tj = static_cast<int>(tl % VEC);
         float x[VEC];
         frag_f32(load_frag<VEC>(slice + tv * VEC), x);
@@ -515,15 +515,13 @@ __global__ void __launch_bounds__(kClusterBlock)
 // (max, Σexp, Σx, x_t) through global memory (ops/slice_exchange.cuh) instead of distributed
 // shared memory; merged like the cluster kernel's (bit-identical results). H200, 4096 x 128256
 // bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster (docs/loss_optim.md, session 26).
-constexpr int kExchangeBlock = 256;
-
-template <class T, int BLOCK>
-__global__ void __launch_bounds__(BLOCK)
+template <class T>
+__global__ void __launch_bounds__(kClusterBlock)
     ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync) {
   extern __shared__ __align__(128) unsigned char slice_raw[];
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
-  __shared__ float scratch[BLOCK / 32];
+  __shared__ float scratch[kClusterBlock / 32];
   __shared__ float stats[4];
   __shared__ unsigned s_id;
   if (threadIdx.x == 0) s_id = take_slice_ticket(sync);
@@ -531,7 +529,7 @@ __global__ void __launch_bounds__(BLOCK)
   const int64_t row = s_id / slices;
   const int rank = static_cast<int>(s_id % slices);
   const int64_t t = load_target(a, row);
-  const SliceReduce<T> sr = reduce_slice<T, BLOCK>(a, row, rank, chunk, slice, bar, scratch);
+  const SliceReduce<T> sr = reduce_slice(a, row, rank, chunk, slice, bar, scratch);
   const int64_t base = sr.base;
   const int n = sr.n, nv = sr.nv;
   if (threadIdx.x == 0)
@@ -548,7 +546,7 @@ __global__ void __launch_bounds__(BLOCK)
   float loss;
   const RowFinish f = finish_row(a, t, stats[0], stats[1], stats[2], stats[3], &loss);
   if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
-  write_slice_dlogits<T, BLOCK>(a, f, slice, row, base, n, nv);
+  write_slice_dlogits(a, f, slice, row, base, n, nv);
 }
 
 // ---- stream kernel: one block per row, two sweeps ------------------------------------------
@@ -797,17 +795,6 @@ bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
   return true;
 }
 
-// Threads per exchange CTA. TESSEL_CE_BLOCK=256 / 512 / 1024 (A/B of the reduce and gradient
-// sweeps' speed against CTAs per SM).
-inline int exchange_block() {
-  static const int block = [] {
-    const char* e = std::getenv("TESSEL_CE_BLOCK");
-    const int b = e ? std::atoi(e) : kExchangeBlock;
-    return b == 256 || b == 512 || b == 1024 ? b : kExchangeBlock;
-  }();
-  return block;
-}
-
 // Loss + dlogits with try_cluster's slices on independent CTAs (ce_exchange_kernel); false
 // (nothing launched) where those slices do not apply. TESSEL_CE_EXCHANGE=cluster keeps the
 // cluster kernel (A/B).
@@ -820,23 +807,17 @@ bool try_exchange(const CeArgs& a, cudaStream_t stream) {
   const Slices sl = slices_of<T>(a, 32);
   if (!enabled || !sl.ok || a.dx == nullptr) return false;
   const int64_t slices = sl.count, chunk = sl.chunk, smem = sl.smem;
-  auto launch = [&](auto kernel, int block) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    // Own scratch: the caller's count / row losses live in stream_workspace.
-    const SliceExchange ex(a.rows, slices, stream);
-    kernel<<<static_cast<unsigned>(a.rows * slices), block, static_cast<size_t>(smem), stream>>>(
-        a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync);
-    return true;
-  };
-  switch (exchange_block()) {
-    case 512: return launch(ce_exchange_kernel<T, 512>, 512);
-    case 1024: return launch(ce_exchange_kernel<T, 1024>, 1024);
-    default: return launch(ce_exchange_kernel<T, kClusterBlock>, kClusterBlock);
+  if (cudaFuncSetAttribute(ce_exchange_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
   }
+  // Own scratch: the caller's count / row losses live in stream_workspace.
+  const SliceExchange ex(a.rows, slices, stream);
+  ce_exchange_kernel<T>
+      <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
+         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync);
+  return true;
 }
 
 }  // namespace
