@@ -11,8 +11,10 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "ops/attention_decode/mla_config.hpp"
 #include "ref/decode_attention_ref.hpp"
 #include "tessel/decode_attention.hpp"
 #include "test_util.hpp"
@@ -400,7 +402,88 @@ struct MlaCase {
   int splits;
 };
 
-class MlaDecodeGpu : public test::GpuTest,
+// A latent cache and its call, for one layout: contiguous (NaN past every length) or paged.
+struct MlaSetup {
+  DeviceTensor cache, table;
+  std::vector<double> gathered;  // (B, smax, 576): what the reference reads
+  int64_t smax = 0;
+};
+
+class MlaGpuTest : public test::GpuTest {
+ protected:
+  // A contiguous cache of `rows` (B, smax, 576).
+  MlaSetup contiguous(DType dt, const std::vector<int64_t>& lens, std::vector<double> rows,
+                      int64_t smax) {
+    MlaSetup m;
+    m.smax = smax;
+    m.cache = test::to_device(dt, {static_cast<int64_t>(lens.size()), smax, 576}, rows);
+    m.gathered = std::move(rows);  // rounded to dt by to_device
+    // NaN past each sequence's end: a kernel must not let 0 * NaN reach the output.
+    for (size_t b = 0; b < lens.size(); ++b)
+      EXPECT_EQ(cudaMemset(static_cast<char*>(m.cache.t.data) +
+                               (static_cast<int64_t>(b) * smax + lens[b]) * 576 * 2,
+                           0xFF, static_cast<size_t>((smax - lens[b]) * 576 * 2)),
+                cudaSuccess);
+    return m;
+  }
+  // A paged cache of random rows (pages of `page` tokens in shuffled order).
+  MlaSetup paged(DType dt, const std::vector<int64_t>& lens, int64_t page) {
+    MlaSetup m;
+    const int64_t B = static_cast<int64_t>(lens.size());
+    const int64_t max_pages = (*std::max_element(lens.begin(), lens.end()) + page - 1) / page;
+    int64_t np = 0;
+    const std::vector<int32_t> table = make_block_table(rng(), lens, page, max_pages, np);
+    m.table = upload_i32({B, max_pages}, table);
+    std::vector<double> pages = rng().uniform(static_cast<size_t>(np * page * 576), -1.0, 1.0);
+    m.cache = test::to_device(dt, {np, page, 576}, pages);
+    m.gathered = ref::gather_pages(pages, np, page, 576,
+                                   std::vector<int64_t>(table.begin(), table.end()), B, max_pages);
+    m.smax = max_pages * page;
+    return m;
+  }
+  // mla_decode of (q_latent, q_rope) against `m` (ql, qr rounded to dt in place); out and lse
+  // downloaded.
+  void run(DType dt, const MlaCase& c, std::vector<double>& ql, std::vector<double>& qr,
+           MlaSetup& m, double scale, std::vector<double>& out, std::vector<double>& lse) {
+    const int64_t B = static_cast<int64_t>(c.lens.size()), H = c.heads;
+    DeviceTensor qld = test::to_device(dt, {B, c.sq, H, 512}, ql),
+                 qrd = test::to_device(dt, {B, c.sq, H, 64}, qr);
+    DeviceTensor sl = upload_i32({B}, std::vector<int32_t>(c.lens.begin(), c.lens.end()));
+    DeviceTensor o = test::alloc(dt, {B, c.sq, H, 512});
+    DeviceTensor l = test::alloc(DType::f32, {B, c.sq, H});
+    DecodeParams p;
+    p.num_splits = c.splits;
+    p.scale = scale;
+    if (c.page != 0) p.block_table = &m.table.t;
+    mla_decode(qld.t, qrd.t, m.cache.t, sl.t, o.t, &l.t, p, stream());
+    sync();
+    out = test::download_values(o);
+    lse = test::download_values(l);
+  }
+  // One case against the float64 reference.
+  void check(DType dt, const MlaCase& c) {
+    const int64_t B = static_cast<int64_t>(c.lens.size()), H = c.heads;
+    const int64_t maxlen = *std::max_element(c.lens.begin(), c.lens.end());
+    std::vector<double> ql = rng().uniform(static_cast<size_t>(B * c.sq * H * 512), -1.0, 1.0);
+    std::vector<double> qr = rng().uniform(static_cast<size_t>(B * c.sq * H * 64), -1.0, 1.0);
+    const double scale = 0.1352;  // DeepSeek-like: 1/sqrt(192) · mscale², not the default
+    MlaSetup m;
+    if (c.page == 0) {
+      const int64_t smax = maxlen + 3;
+      m = contiguous(dt, c.lens, rng().uniform(static_cast<size_t>(B * smax * 576), -1.0, 1.0),
+                     smax);
+    } else {
+      m = paged(dt, c.lens, c.page);
+    }
+    std::vector<double> out, lse, ro, rl;
+    run(dt, c, ql, qr, m, scale, out, lse);
+    ref::mla_decode(ql, qr, m.gathered, c.lens, B, c.sq, H, m.smax, scale, ro, rl);
+    EXPECT_TRUE(test::all_close(out, ro, dt));
+    EXPECT_TRUE(test::all_close(lse, rl, test::Tolerance{2e-5, 1e-4}));
+  }
+};
+
+class MlaDecodeGpu : public MlaGpuTest,
                      public ::testing::WithParamInterface<std::tuple<DType, int>> {};
 
 const MlaCase kMla[] = {
@@ -417,59 +500,85 @@ const MlaCase kMla[] = {
     {{2000}, 2, 64, 128, 3},
     {{1100, 65}, 3, 32, 32, 2},
     {{5000, 640}, 1, 128, 0, 0},
+    // Blocks of <= 16 rows (decode_kernel; bf16 runs the TESSEL_MLA_CFG configuration): contiguous
+    // with splits merged by the combine launch (short splits) and in the kernel (B = 1, long
+    // splits), heuristic splits with empty ones, 4 rows on pages of 48, Sq = 2 x 8 heads.
+    {{500, 33, 4}, 2, 8, 0, 3},
+    {{2049}, 1, 16, 0, 5},
+    {{4097, 1, 63}, 1, 16, 0, 0},
+    {{3000, 700}, 1, 4, 48, 2},
+    {{1, 300, 20}, 1, 16, 16, 7},
 };
 
 TEST_P(MlaDecodeGpu, MatchesReference) {
   const auto [dt, ci] = GetParam();
-  const MlaCase& c = kMla[ci];
-  const int64_t B = static_cast<int64_t>(c.lens.size()), H = c.heads;
-  const int64_t maxlen = *std::max_element(c.lens.begin(), c.lens.end());
-  std::vector<double> ql = rng().uniform(static_cast<size_t>(B * c.sq * H * 512), -1.0, 1.0);
-  std::vector<double> qr = rng().uniform(static_cast<size_t>(B * c.sq * H * 64), -1.0, 1.0);
-  DeviceTensor qld = test::to_device(dt, {B, c.sq, H, 512}, ql),
-               qrd = test::to_device(dt, {B, c.sq, H, 64}, qr);
-  DeviceTensor sl = upload_i32({B}, std::vector<int32_t>(c.lens.begin(), c.lens.end()));
-  DeviceTensor out = test::alloc(dt, {B, c.sq, H, 512});
-  DeviceTensor lse = test::alloc(DType::f32, {B, c.sq, H});
-  DecodeParams p;
-  p.num_splits = c.splits;
-  p.scale = 0.1352;  // DeepSeek-like: 1/sqrt(192) · mscale², not the default
-  std::vector<double> cache;
-  int64_t smax = 0;
-  DeviceTensor cd, bt;
-  if (c.page == 0) {
-    smax = maxlen + 3;
-    cache = rng().uniform(static_cast<size_t>(B * smax * 576), -1.0, 1.0);
-    cd = test::to_device(dt, {B, smax, 576}, cache);
-    // NaN past each sequence's end: a kernel must not let 0 * NaN reach the output.
-    for (int64_t b = 0; b < B; ++b)
-      ASSERT_EQ(cudaMemset(static_cast<char*>(cd.t.data) + (b * smax + c.lens[b]) * 576 * 2, 0xFF,
-                           static_cast<size_t>((smax - c.lens[b]) * 576 * 2)),
-                cudaSuccess);
-  } else {
-    const int64_t max_pages = (maxlen + c.page - 1) / c.page;
-    int64_t np = 0;
-    const std::vector<int32_t> table = make_block_table(rng(), c.lens, c.page, max_pages, np);
-    bt = upload_i32({B, max_pages}, table);
-    std::vector<double> pages = rng().uniform(static_cast<size_t>(np * c.page * 576), -1.0, 1.0);
-    cd = test::to_device(dt, {np, c.page, 576}, pages);
-    cache = ref::gather_pages(pages, np, c.page, 576,
-                              std::vector<int64_t>(table.begin(), table.end()), B, max_pages);
-    smax = max_pages * c.page;
-    p.block_table = &bt.t;
-  }
-  mla_decode(qld.t, qrd.t, cd.t, sl.t, out.t, &lse.t, p, stream());
-  sync();
-  std::vector<double> ro, rl;
-  ref::mla_decode(ql, qr, cache, c.lens, B, c.sq, H, smax, p.scale, ro, rl);
-  EXPECT_TRUE(test::all_close(test::download_values(out), ro, dt));
-  EXPECT_TRUE(test::all_close(test::download_values(lse), rl, test::Tolerance{2e-5, 1e-4}));
+  check(dt, kMla[ci]);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, MlaDecodeGpu,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
                                             ::testing::Range(0, static_cast<int>(std::size(kMla)))),
                          test::dtype_case_name);
+
+// Each configuration of the <= 16-row kernel (detail::set_mla_small_config, what TESSEL_MLA_CFG
+// selects; bf16) on every <= 16-row case above, and paged == contiguous bit for bit.
+class MlaSmallConfigGpu : public MlaGpuTest, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override {
+    MlaGpuTest::SetUp();
+    detail::set_mla_small_config(GetParam());
+  }
+  void TearDown() override {
+    detail::set_mla_small_config(-1);
+    MlaGpuTest::TearDown();
+  }
+};
+
+TEST_P(MlaSmallConfigGpu, ResidentCtas) {
+  const int n = GetParam();
+  ASSERT_EQ(detail::mla_small_config(), n);
+  EXPECT_EQ(detail::mla_small_resident_ctas(n, true), detail::kMlaSmallCtasPerSm[n]);
+  EXPECT_EQ(detail::mla_small_resident_ctas(n, false), detail::kMlaSmallCtasPerSm[n]);
+}
+
+TEST_P(MlaSmallConfigGpu, MatchesReference) {
+  int cases = 0;
+  for (size_t ci = 0; ci < std::size(kMla); ++ci) {
+    if (kMla[ci].sq * kMla[ci].heads > 16) continue;
+    SCOPED_TRACE("case " + std::to_string(ci));
+    check(DType::bf16, kMla[ci]);
+    ++cases;
+  }
+  EXPECT_GE(cases, 7);
+}
+
+TEST_P(MlaSmallConfigGpu, PagedEqualsContiguous) {
+  const DType dt = DType::bf16;
+  for (int64_t page : {16, 64}) {
+    SCOPED_TRACE("page " + std::to_string(page));
+    // 3 forced splits: merged in the kernel (long) and by the combine launch (short splits).
+    for (const std::vector<int64_t>& lens :
+         {std::vector<int64_t>{2100, 5, 777}, std::vector<int64_t>{100, 31}}) {
+      MlaCase c{lens, 1, 16, page, 3};
+      const int64_t B = static_cast<int64_t>(lens.size());
+      MlaSetup pg = paged(dt, lens, page);
+      MlaSetup ct = contiguous(dt, lens, pg.gathered, pg.smax);
+      std::vector<double> ql = rng().uniform(static_cast<size_t>(B * 16 * 512), -1.0, 1.0);
+      std::vector<double> qr = rng().uniform(static_cast<size_t>(B * 16 * 64), -1.0, 1.0);
+      std::vector<double> po, pl, co, cl;
+      run(dt, c, ql, qr, pg, 0.0, po, pl);
+      c.page = 0;
+      run(dt, c, ql, qr, ct, 0.0, co, cl);
+      EXPECT_TRUE(po == co);
+      EXPECT_TRUE(pl == cl);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MlaSmallConfigGpu, ::testing::Range(0, detail::kMlaSmallConfigs),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "cfg" + std::to_string(i.param);
+                         });
 
 class MlaAppendGpu : public test::GpuTest {};
 
