@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "ops/attention_decode/mla_config.hpp"
 #include "ref/decode_attention_ref.hpp"
 #include "tessel/decode_attention.hpp"
 #include "test_util.hpp"
@@ -500,7 +499,7 @@ const MlaCase kMla[] = {
     {{2000}, 2, 64, 128, 3},
     {{1100, 65}, 3, 32, 32, 2},
     {{5000, 640}, 1, 128, 0, 0},
-    // Blocks of <= 16 rows (decode_kernel; bf16 runs the TESSEL_MLA_CFG configuration): contiguous
+    // Blocks of <= 16 rows (decode_kernel): contiguous
     // with splits merged by the combine launch (short splits) and in the kernel (B = 1, long
     // splits), heuristic splits with empty ones, 4 rows on pages of 48, Sq = 2 x 8 heads.
     {{500, 33, 4}, 2, 8, 0, 3},
@@ -520,39 +519,10 @@ INSTANTIATE_TEST_SUITE_P(All, MlaDecodeGpu,
                                             ::testing::Range(0, static_cast<int>(std::size(kMla)))),
                          test::dtype_case_name);
 
-// Each configuration of the <= 16-row kernel (detail::set_mla_small_config, what TESSEL_MLA_CFG
-// selects; bf16) on every <= 16-row case above, and paged == contiguous bit for bit.
-class MlaSmallConfigGpu : public MlaGpuTest, public ::testing::WithParamInterface<int> {
- protected:
-  void SetUp() override {
-    MlaGpuTest::SetUp();
-    detail::set_mla_small_config(GetParam());
-  }
-  void TearDown() override {
-    detail::set_mla_small_config(-1);
-    MlaGpuTest::TearDown();
-  }
-};
+// The <= 16-row kernel on a paged cache gives the same bits as on the contiguous copy of it.
+class MlaPagedGpu : public MlaGpuTest {};
 
-TEST_P(MlaSmallConfigGpu, ResidentCtas) {
-  const int n = GetParam();
-  ASSERT_EQ(detail::mla_small_config(), n);
-  EXPECT_EQ(detail::mla_small_resident_ctas(n, true), detail::kMlaSmallCtasPerSm[n]);
-  EXPECT_EQ(detail::mla_small_resident_ctas(n, false), detail::kMlaSmallCtasPerSm[n]);
-}
-
-TEST_P(MlaSmallConfigGpu, MatchesReference) {
-  int cases = 0;
-  for (size_t ci = 0; ci < std::size(kMla); ++ci) {
-    if (kMla[ci].sq * kMla[ci].heads > 16) continue;
-    SCOPED_TRACE("case " + std::to_string(ci));
-    check(DType::bf16, kMla[ci]);
-    ++cases;
-  }
-  EXPECT_GE(cases, 7);
-}
-
-TEST_P(MlaSmallConfigGpu, PagedEqualsContiguous) {
+TEST_F(MlaPagedGpu, PagedEqualsContiguous) {
   const DType dt = DType::bf16;
   for (int64_t page : {16, 64}) {
     SCOPED_TRACE("page " + std::to_string(page));
@@ -574,11 +544,6 @@ TEST_P(MlaSmallConfigGpu, PagedEqualsContiguous) {
     }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(All, MlaSmallConfigGpu, ::testing::Range(0, detail::kMlaSmallConfigs),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return "cfg" + std::to_string(i.param);
-                         });
 
 class MlaAppendGpu : public test::GpuTest {};
 

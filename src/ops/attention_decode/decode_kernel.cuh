@@ -148,14 +148,13 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 }
 
 // 16-byte chunk index of (row, chunk) in a tile of CPR chunks per row: XOR swizzle so that the
-// 8 rows one ldmatrix phase reads at the same logical chunk hit 8 different bank groups. Rows
-// of 2 or 4 chunks (P of 16- or 32-token tiles) permute within each 128-byte line.
+// 8 rows one ldmatrix phase reads at the same logical chunk hit 8 different bank groups.
 template <int CPR>
 __device__ __forceinline__ int swz(int row, int c) {
   if constexpr (CPR % 8 == 0) {
     return row * CPR + (c ^ (row & 7));
   } else {
-    static_assert(CPR == 2 || CPR == 4, "rows of 2, 4 or a multiple of 8 chunks");
+    static_assert(CPR == 4, "rows of 4 or a multiple of 8 chunks");
     const int l = row * CPR + c;
     return l ^ ((l >> 3) & 7);
   }
@@ -170,7 +169,7 @@ __device__ __forceinline__ int kv_idx(int t, int c) {
 }
 
 template <class T_, int DQK_, int DQ0_, int DV_, bool KV_SHARED_, int MT_, int NW_, int TILE_,
-          int STAGES_, bool PAGED_, int KSPLIT_ = 1, bool QREG_ = false>
+          int STAGES_, bool PAGED_, int KSPLIT_ = 1>
 struct Cfg {
   using T = T_;
   static constexpr int DQK = DQK_, DQ0 = DQ0_, DV = DV_, MT = MT_, NW = NW_, TILE = TILE_,
@@ -183,26 +182,18 @@ struct Cfg {
   // KSPLIT > 1: fewer S units than warps; every warp takes 1/KSPLIT of the QK dims of one unit
   // and the partial S fragments meet in shared memory (MLA: 576 dims, 2 units, 8 warps).
   static constexpr int KSPLIT = KSPLIT_;
-  static constexpr int KSTEPS = DQK / 16, KPW = KSTEPS / KSPLIT;
-  // QREG (KSPLIT > 1): every warp keeps the Q fragments of its KPW k-steps in registers for the
-  // whole kernel. Q is staged through the last ring stage, which no load touches before the
-  // first iteration's barrier, instead of its own shared memory (18 KB for MLA's 16 x 576): that
-  // is what lets a 3-stage ring of 16-token MLA tiles fit 3 CTAs per SM.
-  static constexpr bool QREG = QREG_;
   static constexpr int STAGE_CHUNKS = TILE * (CPR_K + (KV_SHARED ? 0 : CPR_V));
-  // Q (unless QREG) | stages | P | slab reductions | page table | S partials | stage barriers |
-  // flag. Q and every stage are multiples of 1024 bytes (the TMA swizzle's alignment).
-  static constexpr size_t SMEM =
-      16ull * ((QREG ? 0 : ROWS * CPR_K) + STAGES * STAGE_CHUNKS + ROWS * CPR_P) +
-      4ull * SLABS * ROWS + (PAGED ? 8ull * STAGES * TILE : 0) +
-      4ull * (KSPLIT - 1) * UNITS * 8 * 32 + 8ull * STAGES + 8;
+  // Q | stages | P | slab reductions | page table | S partials | stage barriers | flag. Q and
+  // every stage are multiples of 1024 bytes (the TMA swizzle's alignment).
+  static constexpr size_t SMEM = 16ull * (ROWS * CPR_K + STAGES * STAGE_CHUNKS + ROWS * CPR_P) +
+                                 4ull * SLABS * ROWS + (PAGED ? 8ull * STAGES * TILE : 0) +
+                                 4ull * (KSPLIT - 1) * UNITS * 8 * 32 + 8ull * STAGES + 8;
   static_assert((ROWS * CPR_K) % 64 == 0 && STAGE_CHUNKS % 64 == 0);
   static_assert(CPR_K % 8 == 0 && CPR_V % 8 == 0 && TILE % 16 == 0);
   static_assert(!PAGED || TILE <= THREADS);
   static_assert(DQK % 16 == 0 && DV % 16 == 0 && TILE % 16 == 0 && NT_PV % 2 == 0);
   static_assert(!KV_SHARED || DV <= DQK);
   static_assert(KSPLIT == 1 || (UNITS * KSPLIT == NW && DQK / 16 >= KSPLIT));
-  static_assert(!QREG || (KSPLIT > 1 && KSTEPS % KSPLIT == 0 && ROWS * CPR_K <= STAGE_CHUNKS));
 };
 
 // (page, slot in page) of token pos of sequence b; page -1 past the end of the range (the load
@@ -272,8 +263,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   constexpr int CPR_K = C::CPR_K, CPR_V = C::CPR_V, CPR_P = C::CPR_P, SLABS = C::SLABS;
   constexpr int UNITS = C::UNITS, UPW = C::UPW, NT_PV = C::NT_PV;
   extern __shared__ __align__(1024) uint4 smem[];
-  uint4* s_kv = smem + (C::QREG ? 0 : ROWS * CPR_K);
-  uint4* s_q = C::QREG ? s_kv + (STAGES - 1) * C::STAGE_CHUNKS : smem;
+  uint4* s_q = smem;
+  uint4* s_kv = s_q + ROWS * CPR_K;
   uint4* s_p = s_kv + STAGES * C::STAGE_CHUNKS;
   float* s_red = reinterpret_cast<float*>(s_p + ROWS * CPR_P);
   // Paged: (page, slot) of every token of the tiles in flight, resolved one iteration before
@@ -459,11 +450,11 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         cp_async16(sk + kv_idx<TILE>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
         cp_async16(sv + kv_idx<TILE>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
       }
-    } else if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 && C::THREADS / TILE <= CPR_K) {
+    } else if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 &&
+                         CPR_K % (C::THREADS / TILE) == 0) {
       // One latent tile (MLA): kThreadsPerToken threads per token, each resolving its token's
       // row once and copying every kThreadsPerToken-th chunk (each group of 8 lanes covers
-      // 128 contiguous bytes of one row), instead of a page lookup and address per chunk. (16
-      // threads per token, 16-token tiles on 8 warps: 72 chunks give 5 to some, 4 to others.)
+      // 128 contiguous bytes of one row), instead of a page lookup and address per chunk.
       constexpr int kThreadsPerToken = C::THREADS / TILE;
       const int t = tid / kThreadsPerToken;
       const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
@@ -519,17 +510,6 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   }
 
   const int lrow = lane & 7, lmat = lane >> 3;
-  // QREG: this warp's Q fragments (its unit's m-tile, k-steps ks·KPW ..) from the staging stage.
-  [[maybe_unused]] uint32_t qf[C::QREG ? C::KPW : 1][4];
-  if constexpr (C::QREG) {
-    const int mt = (warp % UNITS) / SLABS, k0 = (warp / UNITS) * C::KPW;
-#pragma unroll
-    for (int j = 0; j < C::KPW; ++j)
-      ldsm_x4(qf[j], s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * (k0 + j) + (lmat >> 1)));
-    // The first iteration's barrier orders these reads before the stage's refill; a TMA refill
-    // writes through the async proxy, which needs the proxy fence as well.
-    if (use_tma) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
   for (int it = 0; it < ntiles; ++it) {
     const int t0 = tile_start(it);
     if (use_tma) {
@@ -579,25 +559,14 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 #pragma unroll
       for (int n = 0; n < 2; ++n)
         sacc[u][n][0] = sacc[u][n][1] = sacc[u][n][2] = sacc[u][n][3] = 0.f;
-      constexpr int KSTEPS = C::KSTEPS;
-      if constexpr (C::QREG) {  // the same k-steps in the same order as below, Q from registers
-#pragma unroll
-        for (int j = 0; j < C::KPW; ++j) {
-          uint32_t kb[4];
-          ldsm_x4(kb, s_k + kv_idx<TILE>(slab * 16 + (lmat >> 1) * 8 + lrow,
-                                         2 * (ks * C::KPW + j) + (lmat & 1)));
-          mma16816<T>(sacc[u][0], qf[j], kb[0], kb[1]);
-          mma16816<T>(sacc[u][1], qf[j], kb[2], kb[3]);
-        }
-      } else {
+      constexpr int KSTEPS = C::DQK / 16;
 #pragma unroll 4
-        for (int kk = ks * KSTEPS / KSPLIT; kk < (ks + 1) * KSTEPS / KSPLIT; ++kk) {
-          uint32_t kb[4], qa[4];
-          ldsm_x4(kb, s_k + kv_idx<TILE>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
-          ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
-          mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
-          mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
-        }
+      for (int kk = ks * KSTEPS / KSPLIT; kk < (ks + 1) * KSTEPS / KSPLIT; ++kk) {
+        uint32_t kb[4], qa[4];
+        ldsm_x4(kb, s_k + kv_idx<TILE>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
+        ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
+        mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
+        mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
       }
       if constexpr (KSPLIT > 1) {  // warps ks > 0 hand their partial S to the unit's warp ks = 0
         if (ks > 0) {

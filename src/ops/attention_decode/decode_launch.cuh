@@ -268,10 +268,9 @@ void set_kv_maps(KernelArgs& a) {
   a.tma = ok ? 1 : 0;
 }
 
-// CTAs of decode_kernel<C> resident per SM (its shared-memory attribute set on first use).
 template <class C>
-int resident_ctas() {
-  static const int ctas = [] {
+void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, const char* op) {
+  static int ctas_per_sm = [] {
     TESSEL_CUDA_CHECK(cudaFuncSetAttribute(
         decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::SMEM)));
     int n = 0;
@@ -279,12 +278,6 @@ int resident_ctas() {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<C>, C::THREADS, C::SMEM));
     return std::max(n, 1);
   }();
-  return ctas;
-}
-
-template <class C>
-void launch_decode(KernelArgs a, int64_t requested_splits, cudaStream_t stream, const char* op) {
-  const int ctas_per_sm = resident_ctas<C>();
   a.row_blocks = (a.rows_total + C::ROWS - 1) / C::ROWS;
   const int64_t base = static_cast<int64_t>(a.batch) * static_cast<int64_t>(a.hkv) * a.row_blocks;
   int splits =

@@ -1,18 +1,13 @@
 // MLA (DeepSeek-V2) decode in the absorbed form: one latent "KV head" of 576 dims per token
 // ([c (512) | k_rope (64)]) shared by all H query heads. decode_kernel runs with DQK = 576
 // (q_latent dims from one tensor, q_rope dims from another), DV = 512 read from the same shared
-// memory tile (each latent byte is loaded once), 8 warps, 32-token tiles (blocks of <= 16 rows
-// in bf16: alternative tilings selectable by TESSEL_MLA_CFG, see mla_config.hpp).
+// memory tile (each latent byte is loaded once), 8 warps, 32-token tiles.
 // Bytes: every cached latent row once per block of 16 (H <= 16) or 64 query rows.
-#include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "ops/attention_decode/decode_launch.cuh"
-#include "ops/attention_decode/mla_config.hpp"
 #include "ops/attention_decode/mla_wgmma_kernel.cuh"
 
 namespace tessel {
@@ -28,54 +23,6 @@ constexpr int kLatent = 512, kRope = 64, kRow = kLatent + kRope;
 template <class T, int MT, bool PAGED>
 using MlaCfg = decode::Cfg<T, kRow, kLatent, kLatent, true, MT, 8, 32, MT == 1 ? 2 : 3, PAGED,
                            MT == 1 ? 4 : 1>;
-
-// The alternatives for 16 rows (mla_config.hpp; TESSEL_MLA_CFG): the H200 reads the default at
-// 0.68-0.82 of the copy bandwidth (the H100 0.88-0.91), with one 36 KB tile in flight per CTA.
-// 16-token tiles give more, smaller tiles in flight: (1) the same ring bytes as 4 stages, (2) a
-// 6-stage ring on 4 warps, (3) 3 stages on 4 warps at 3 CTAs/SM. The S product is split over
-// all warps as in the default (KSPLIT = warps / 16-token slabs); (2) and (3) keep Q in
-// registers to fit. bf16 only (the DeepSeek cache): f16 keeps the default.
-template <bool PAGED, int TILE, int STAGES, int NW, bool QREG>
-using MlaSmallCfg = decode::Cfg<__nv_bfloat16, kRow, kLatent, kLatent, true, 1, NW, TILE, STAGES,
-                                PAGED, NW * 16 / TILE, QREG>;
-template <bool PAGED>
-using MlaSmall1 = MlaSmallCfg<PAGED, 16, 4, 8, false>;
-template <bool PAGED>
-using MlaSmall2 = MlaSmallCfg<PAGED, 16, 6, 4, true>;
-// 162 registers (ptxas, CUDA 13.0): 168 allocated x 128 threads x 3 CTAs fits the 64K register
-// file. A build needing more than 168 would run 2 CTAs/SM (the occupancy query sizes the splits
-// either way); __launch_bounds__ with a minimum would change every other decode kernel's code.
-template <bool PAGED>
-using MlaSmall3 = MlaSmallCfg<PAGED, 16, 3, 4, true>;
-
-// Per-SM shared memory 228 KB, 1 KB of it reserved per CTA.
-constexpr size_t smem_per_cta(int ctas) { return 233472 / ctas - 1024; }
-static_assert(MlaCfg<__nv_bfloat16, 1, true>::SMEM <= smem_per_cta(2));
-static_assert(MlaSmall1<true>::SMEM <= smem_per_cta(2));
-static_assert(MlaSmall2<true>::SMEM <= smem_per_cta(2));
-static_assert(MlaSmall3<true>::SMEM <= smem_per_cta(3));
-
-template <bool PAGED>
-int small_resident_ctas(int n) {
-  switch (n) {
-    case 1: return decode::resident_ctas<MlaSmall1<PAGED>>();
-    case 2: return decode::resident_ctas<MlaSmall2<PAGED>>();
-    case 3: return decode::resident_ctas<MlaSmall3<PAGED>>();
-    default: return decode::resident_ctas<MlaCfg<__nv_bfloat16, 1, PAGED>>();
-  }
-}
-
-template <bool PAGED>
-void launch_small_bf16(const KernelArgs& a, int64_t splits, cudaStream_t stream, const char* op) {
-  switch (detail::mla_small_config()) {
-    case 1: decode::launch_decode<MlaSmall1<PAGED>>(a, splits, stream, op); return;
-    case 2: decode::launch_decode<MlaSmall2<PAGED>>(a, splits, stream, op); return;
-    case 3: decode::launch_decode<MlaSmall3<PAGED>>(a, splits, stream, op); return;
-    default: decode::launch_decode<MlaCfg<__nv_bfloat16, 1, PAGED>>(a, splits, stream, op);
-  }
-}
-
-std::atomic<int> g_small_override{-1};
 
 template <class T>
 void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool paged,
@@ -95,15 +42,6 @@ void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool
       decode::mla::launch<T, false>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
     return;
   }
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (!wide) {
-      if (paged)
-        launch_small_bf16<true>(a, splits, stream, op);
-      else
-        launch_small_bf16<false>(a, splits, stream, op);
-      return;
-    }
-  }
   if (paged) {
     if (wide)
       decode::launch_decode<MlaCfg<T, 4, true>>(a, splits, stream, op);
@@ -118,35 +56,6 @@ void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool
 }
 
 }  // namespace
-
-namespace detail {
-
-int mla_small_config() {
-  static const int from_env = [] {
-    const char* e = std::getenv("TESSEL_MLA_CFG");
-    if (e == nullptr || e[0] == '\0') return 0;
-    char* tail = nullptr;
-    const long n = std::strtol(e, &tail, 10);
-    if (*tail != '\0' || n < 0 || n >= kMlaSmallConfigs) {
-      std::fprintf(stderr, "[tessel] TESSEL_MLA_CFG=%s is not 0..%d: using 0\n", e,
-                   kMlaSmallConfigs - 1);
-      return 0;
-    }
-    return static_cast<int>(n);
-  }();
-  const int o = g_small_override.load(std::memory_order_relaxed);
-  return o >= 0 ? o : from_env;
-}
-
-void set_mla_small_config(int n) {
-  g_small_override.store(n >= 0 && n < kMlaSmallConfigs ? n : -1, std::memory_order_relaxed);
-}
-
-int mla_small_resident_ctas(int n, bool paged) {
-  return paged ? small_resident_ctas<true>(n) : small_resident_ctas<false>(n);
-}
-
-}  // namespace detail
 
 void mla_decode(const Tensor& q_latent, const Tensor& q_rope, const Tensor& latent_cache,
                 const Tensor& seqlens, Tensor& out, Tensor* lse, const DecodeParams& p,
