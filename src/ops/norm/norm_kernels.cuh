@@ -97,7 +97,6 @@ struct NormArgs {
   int64_t hw = 1;  // group norm: elements per channel
   int cpg = 1;     // group norm: channels per group
   int groups = 1;  // group norm: groups
-  int wb_smem = 0;  // LayerNorm forward (norm_fwd_frags_kernel): w (and b) staged in shared memory
 };
 
 // ---- reductions --------------------------------------------------------------------------
@@ -390,27 +389,6 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
       if (b != nullptr) bs[i].load(b + c, a.cols - c);
     }
   }
-  // LayerNorm with a.wb_smem: w and b copied once per CTA into shared memory (the launch then
-  // makes the grid resident, so each CTA keeps them for many rows) and read from there at the
-  // store, instead of from L1 / L2 per row (ncu, H200: 50 % L1 hits, the store loop's loads the
-  // top stall).
-  const T* wsrc = w;
-  const T* bsrc = b;
-  if constexpr (kStreamWB) {
-    if (a.wb_smem) {
-      extern __shared__ __align__(16) unsigned char wb_raw[];
-      T* sw = reinterpret_cast<T*>(wb_raw);
-      T* sb = sw + a.cols;
-      const int nv = static_cast<int>(a.cols / VEC);
-      for (int v = threadIdx.x; v < nv; v += RC::BLOCK) {
-        reinterpret_cast<uint4*>(sw)[v] = reinterpret_cast<const uint4*>(w)[v];
-        if (b != nullptr) reinterpret_cast<uint4*>(sb)[v] = reinterpret_cast<const uint4*>(b)[v];
-      }
-      __syncthreads();
-      wsrc = sw;
-      bsrc = b != nullptr ? sb : nullptr;
-    }
-  }
   int phase = 0;
 #pragma unroll 1
   for (RowGroups<RC::THREADS, RC::BLOCK> g; g.valid_block(a.rows); g.next()) {
@@ -475,8 +453,8 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
         store_row<T, VEC, ITEMS, RC::THREADS>(y + g.row * a.y_pitch, n, g.lane, [&](int i, int j) {
           if (j == 0) {
             const int64_t c = Row::col(i, g.lane);
-            wi.load(wsrc + c, a.cols - c);
-            bi.load(bsrc + c, a.cols - c);
+            wi.load(w + c, a.cols - c);
+            bi.load(b + c, a.cols - c);
           }
           return fmaf((val(i, j) - mean) * rstd, wi.at(j), bi.at(j));
         });
@@ -484,7 +462,7 @@ __global__ void __launch_bounds__(RC::BLOCK, (fwd_frags_min_blocks<RC, M>()))
         store_row<T, VEC, ITEMS, RC::THREADS>(y + g.row * a.y_pitch, n, g.lane, [&](int i, int j) {
           if (j == 0) {
             const int64_t c = Row::col(i, g.lane);
-            wi.load(wsrc + c, a.cols - c);
+            wi.load(w + c, a.cols - c);
           }
           return (val(i, j) - mean) * rstd * wi.at(j);
         });

@@ -76,9 +76,6 @@ void launch_fwd(const NormArgs& a, cudaStream_t stream) {
          C::CLUSTER, stream, a);
 }
 
-constexpr int kLnWbDefault = 0;
-constexpr size_t kLnWbMaxBytes = 32 * 1024;  // w + b staged per CTA (4096 bf16 columns: 16 KB)
-
 // RMS / RMS+residual / LayerNorm forward on register rows of fragments (norm_fwd_frags_kernel)
 // when the row fits; false (nothing launched) otherwise: the caller uses launch_fwd.
 template <class T, Mode M>
@@ -86,33 +83,10 @@ bool launch_fwd_frags(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
   if (!vec_ok) return false;  // packed 16-byte vectors only
   return detail::dispatch_row_frags<kVec16<T>>(a.cols, true, [&](auto rc) {
     using RC = decltype(rc);
-    if constexpr (PFrag<T, RC::VEC>::kPacked) {
-      auto kernel = norm_fwd_frags_kernel<T, RC, M>;
-      unsigned grid = detail::row_grid<RC>(a.rows);
-      NormArgs args = a;
-      size_t smem = 0;
-      // LayerNorm: TESSEL_NORM_LN_WB=0 streams w / b from global per row (one CTA per row
-      // group), 1 stages them in shared memory on a resident grid, 2 the resident grid alone.
-      static const int wb_mode = [] {
-        const char* e = std::getenv("TESSEL_NORM_LN_WB");
-        return e ? std::atoi(e) : kLnWbDefault;
-      }();
-      const size_t wb_bytes =
-          static_cast<size_t>(a.cols) * sizeof(T) * (a.b != nullptr ? 2 : 1);
-      if (M == Mode::ln && wb_mode != 0 && wb_bytes <= kLnWbMaxBytes) {
-        if (wb_mode == 1) {
-          smem = wb_bytes;
-          args.wb_smem = 1;
-        }
-        int occ = 0;
-        TESSEL_CUDA_CHECK(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, RC::BLOCK, smem));
-        grid = static_cast<unsigned>(std::min<int64_t>(
-            grid, int64_t{std::max(occ, 1)} * detail::current_sm_count()));
-      }
-      TESSEL_CUDA_CHECK(detail::launch_dependent(kernel, dim3(grid), dim3(RC::BLOCK), smem,
-                                                 stream, args));
-    }
+    if constexpr (PFrag<T, RC::VEC>::kPacked)
+      TESSEL_CUDA_CHECK(detail::launch_dependent(norm_fwd_frags_kernel<T, RC, M>,
+                                                 dim3(detail::row_grid<RC>(a.rows)),
+                                                 dim3(RC::BLOCK), 0, stream, a));
   });
 }
 
