@@ -3,6 +3,7 @@
 // every cached token of every KV head are read once per query-row block (one block for
 // Sq·Hq/Hkv <= 32 rows at D <= 128, <= 16 at D = 256).
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "ops/attention_decode/decode_launch.cuh"
@@ -22,9 +23,32 @@ template <class T, int D, int MT, bool PAGED>
 using GqaCfg = Cfg<T, D, D, D, false, MT, 4, D == 256 ? 32 : 64,
                    D == 64 ? 4 : (D == 128 && MT == 1 ? 2 : 3), PAGED>;
 
+// Paged D = 128 whose pages give 16-token boxes (page sizes 16 mod 32): tiles in 16-token
+// sub-blocks, one box per sub-block holding both 64-dim halves of the rows (8 boxes per tile
+// instead of 16). TESSEL_DECODE_SUB=0 keeps the half-row boxes (A/B).
+template <class T, int MT>
+using GqaSubCfg = Cfg<T, 128, 128, 128, false, MT, 4, 64, MT == 1 ? 2 : 3, true, 1, 16>;
+
+inline bool use_sub_boxes(int64_t page_size) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("TESSEL_DECODE_SUB");
+    return !(e != nullptr && e[0] == '0');
+  }();
+  return enabled && page_size % 32 == 16;
+}
+
 template <class T, int D>
 void dispatch_mt(KernelArgs a, int64_t splits, bool paged, cudaStream_t stream) {
   const bool two = a.rows_total > 16 && D <= 128;
+  if constexpr (D == 128) {
+    if (paged && use_sub_boxes(a.page_size)) {
+      if (two)
+        decode::launch_decode<GqaSubCfg<T, 2>>(a, splits, stream, "decode_attention");
+      else
+        decode::launch_decode<GqaSubCfg<T, 1>>(a, splits, stream, "decode_attention");
+      return;
+    }
+  }
   if (paged) {
     if (two)
       decode::launch_decode<GqaCfg<T, D, D <= 128 ? 2 : 1, true>>(a, splits, stream,

@@ -102,6 +102,15 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
       : "memory");
 }
+// Box (c0 .. c0+63, c1 .., c2 .., c3, c4) of a 5-d tensor map into shared memory.
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, int c3, int c4, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(bar))
+      : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -163,13 +172,19 @@ __device__ __forceinline__ int swz(int row, int c) {
 // 16-byte chunk index of (token t, chunk c) in a K or V stage tile: blocks of 64 dims (8 chunks)
 // of TILE rows of 128 bytes, chunk c % 8 at (c % 8) ^ (t % 8) — the layout a TMA box with the
 // 128B swizzle writes (block bases 1024-byte aligned), conflict-free for ldmatrix.
-template <int TILE>
+// SUB < TILE (paged caches of 16-token boxes): the tile is TILE / SUB sub-blocks of SUB tokens,
+// each holding all CPR / 8 blocks of 64 dims, [token / SUB][c / 8][token % SUB] — what one TMA box
+// of SUB tokens x the whole row writes (set_kv_maps' 5-d map); the same swizzle.
+template <int TILE, int SUB = TILE, int CPR = 8>
 __device__ __forceinline__ int kv_idx(int t, int c) {
-  return (c >> 3) * (TILE * 8) + t * 8 + ((c & 7) ^ (t & 7));
+  if constexpr (SUB == TILE)
+    return (c >> 3) * (TILE * 8) + t * 8 + ((c & 7) ^ (t & 7));
+  else
+    return (t / SUB) * (SUB * CPR) + (c >> 3) * (SUB * 8) + (t % SUB) * 8 + ((c & 7) ^ (t & 7));
 }
 
 template <class T_, int DQK_, int DQ0_, int DV_, bool KV_SHARED_, int MT_, int NW_, int TILE_,
-          int STAGES_, bool PAGED_, int KSPLIT_ = 1>
+          int STAGES_, bool PAGED_, int KSPLIT_ = 1, int SUB_ = 0>
 struct Cfg {
   using T = T_;
   static constexpr int DQK = DQK_, DQ0 = DQ0_, DV = DV_, MT = MT_, NW = NW_, TILE = TILE_,
@@ -182,6 +197,9 @@ struct Cfg {
   // KSPLIT > 1: fewer S units than warps; every warp takes 1/KSPLIT of the QK dims of one unit
   // and the partial S fragments meet in shared memory (MLA: 576 dims, 2 units, 8 warps).
   static constexpr int KSPLIT = KSPLIT_;
+  // SUB_ > 0 (paged GQA): K / V tiles in sub-blocks of SUB tokens (kv_idx), one TMA box per
+  // sub-block and cache; the host sets this configuration's maps for SUB-token boxes.
+  static constexpr int SUB = SUB_ > 0 ? SUB_ : TILE;
   static constexpr int STAGE_CHUNKS = TILE * (CPR_K + (KV_SHARED ? 0 : CPR_V));
   // Q | stages | P | slab reductions | page table | S partials | stage barriers | flag. Q and
   // every stage are multiples of 1024 bytes (the TMA swizzle's alignment).
@@ -194,6 +212,7 @@ struct Cfg {
   static_assert(DQK % 16 == 0 && DV % 16 == 0 && TILE % 16 == 0 && NT_PV % 2 == 0);
   static_assert(!KV_SHARED || DV <= DQK);
   static_assert(KSPLIT == 1 || (UNITS * KSPLIT == NW && DQK / 16 >= KSPLIT));
+  static_assert(SUB == TILE || (PAGED && !KV_SHARED && TILE % SUB == 0 && SUB % 8 == 0));
 };
 
 // (page, slot in page) of token pos of sequence b; page -1 past the end of the range (the load
@@ -392,6 +411,28 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           return c2 < end;
         }
       };
+      if constexpr (C::SUB < TILE) {
+        // One box per sub-block and cache: SUB tokens x every 64-dim block of the row.
+        constexpr int kPer = TILE / C::SUB, kBoxes = 2 * kPer;
+        uint32_t sub_bytes = 0;
+        for (int j = lane; j < kBoxes; j += 32) {
+          int c2, c3;
+          if (box_at(j % kPer, c2, c3))
+            sub_bytes += static_cast<uint32_t>(C::SUB) * 16u * (j < kPer ? CPR_K : CPR_V);
+        }
+        mbar_arrive_expect_tx(s_full + stage, sub_bytes);
+        char* sub_base = reinterpret_cast<char*>(sk);
+        for (int j = lane; j < kBoxes; j += 32) {
+          const int u = j % kPer;
+          const bool isv = j >= kPer;
+          int c2, c3;
+          if (!box_at(u, c2, c3)) continue;
+          tma_load_5d(sub_base + (isv ? TILE * CPR_K * 16 : 0) +
+                          u * C::SUB * (isv ? CPR_V : CPR_K) * 16,
+                      isv ? &a.tmap_v : &a.tmap_k, 0, c2, 0, kvh, c3, s_full + stage);
+        }
+        return;
+      }
       uint32_t bytes = 0;
       for (int j = lane; j < nb; j += 32) {
         int c2, c3;
@@ -447,8 +488,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           vrow =
               in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
         }
-        cp_async16(sk + kv_idx<TILE>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
-        cp_async16(sv + kv_idx<TILE>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
+        cp_async16(sk + kv_idx<TILE, C::SUB, CPR_K>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
+        cp_async16(sv + kv_idx<TILE, C::SUB, CPR_V>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
       }
     } else if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 &&
                          CPR_K % (C::THREADS / TILE) == 0) {
@@ -460,19 +501,19 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
 #pragma unroll
       for (int c = tid % kThreadsPerToken; c < CPR_K; c += kThreadsPerToken)
-        cp_async16(sk + kv_idx<TILE>(t, c), row ? row + c * 8 : a.k, row != nullptr);
+        cp_async16(sk + kv_idx<TILE, C::SUB, CPR_K>(t, c), row ? row + c * 8 : a.k, row != nullptr);
     } else {
       for (int idx = tid; idx < TILE * CPR_K; idx += C::THREADS) {
         const int t = idx / CPR_K, c = idx - t * CPR_K;
         const T* row = row_of(a.k, a.k_sb, a.k_st, a.k_sh, t);
-        cp_async16(sk + kv_idx<TILE>(t, c), row ? row + c * 8 : a.k, row != nullptr);
+        cp_async16(sk + kv_idx<TILE, C::SUB, CPR_K>(t, c), row ? row + c * 8 : a.k, row != nullptr);
       }
       if constexpr (!C::KV_SHARED) {
         uint4* sv = sk + TILE * CPR_K;
         for (int idx = tid; idx < TILE * CPR_V; idx += C::THREADS) {
           const int t = idx / CPR_V, c = idx - t * CPR_V;
           const T* row = row_of(a.v, a.v_sb, a.v_st, a.v_sh, t);
-          cp_async16(sv + kv_idx<TILE>(t, c), row ? row + c * 8 : a.v, row != nullptr);
+          cp_async16(sv + kv_idx<TILE, C::SUB, CPR_V>(t, c), row ? row + c * 8 : a.v, row != nullptr);
         }
       }
     }
@@ -520,7 +561,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       if (valid < TILE) {
         uint4* sv = s_kv + (it % STAGES) * C::STAGE_CHUNKS + (C::KV_SHARED ? 0 : TILE * CPR_K);
         for (int idx = tid; idx < (TILE - valid) * CPR_V; idx += C::THREADS)
-          sv[kv_idx<TILE>(valid + idx / CPR_V, idx % CPR_V)] = make_uint4(0, 0, 0, 0);
+          sv[kv_idx<TILE, C::SUB, CPR_V>(valid + idx / CPR_V, idx % CPR_V)] = make_uint4(0, 0, 0, 0);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the next TMA
       }
     } else {
@@ -563,7 +604,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 #pragma unroll 4
       for (int kk = ks * KSTEPS / KSPLIT; kk < (ks + 1) * KSTEPS / KSPLIT; ++kk) {
         uint32_t kb[4], qa[4];
-        ldsm_x4(kb, s_k + kv_idx<TILE>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
+        ldsm_x4(kb, s_k + kv_idx<TILE, C::SUB, CPR_K>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
         ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
         mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
         mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
@@ -676,7 +717,7 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       for (int np = 0; np < NT_PV / 2; ++np) {
         uint32_t vb[4];
         const int c0 = warp * (C::COLS / 8) + 2 * np;
-        ldsm_x4_t(vb, s_v + kv_idx<TILE>(16 * j + (lmat & 1) * 8 + lrow, c0 + (lmat >> 1)));
+        ldsm_x4_t(vb, s_v + kv_idx<TILE, C::SUB, CPR_V>(16 * j + (lmat & 1) * 8 + lrow, c0 + (lmat >> 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);

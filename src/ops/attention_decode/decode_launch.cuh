@@ -239,6 +239,36 @@ bool encode_kv_map(CUtensorMap* map, const void* base, int64_t dim, int64_t head
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// One cache as a 5-d tensor (64 dims, tokens per unit, dim / 64 blocks, KV heads, units) whose
+// boxes (64, box_tokens, dim / 64, 1, 1) hold whole rows of box_tokens tokens, landing as
+// [64-dim block][token] (Cfg::SUB's layout). The block stride (128 bytes) sits below the token
+// stride: the driver takes strides out of order (bench/dev/tmap_stride_probe.cu, H200).
+template <class T>
+bool encode_kv_map_rows(CUtensorMap* map, const void* base, int64_t dim, int64_t heads,
+                        int64_t rows, int64_t units, int64_t s_head, int64_t s_row, int64_t s_unit,
+                        int box_tokens) {
+  const EncodeTiledFn fn = encode_tiled_fn();
+  if (fn == nullptr || dim % 64 != 0) return false;
+  const int64_t e = sizeof(T);
+  if (heads <= 1) s_head = dim;
+  if (rows <= 1) s_row = s_head * heads;
+  if (units <= 1) s_unit = s_row * rows;
+  const cuuint64_t dims[5] = {64, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(dim / 64),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(units)};
+  const cuuint64_t strides[4] = {static_cast<cuuint64_t>(s_row * e), static_cast<cuuint64_t>(64 * e),
+                                 static_cast<cuuint64_t>(s_head * e),
+                                 static_cast<cuuint64_t>(s_unit * e)};
+  const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(box_tokens),
+                             static_cast<cuuint32_t>(dim / 64), 1, 1};
+  const cuuint32_t estr[5] = {1, 1, 1, 1, 1};
+  return fn(map,
+            std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            5, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // The TMA descriptors of decode_kernel's K / V loads (a.tma = 0 where they cannot be made, or
 // with TESSEL_DECODE_TMA=0). Boxes of a whole tile (pages: the largest power of two dividing
 // the page size and the tile), no L2 promotion: on one H200 (B = 64, 8192 tokens, D = 128)
@@ -261,6 +291,15 @@ void set_kv_maps(KernelArgs& a) {
   if (C::PAGED)
     while (a.page_size % bt != 0) bt /= 2;
   a.box_tokens = bt;
+  if constexpr (C::SUB < C::TILE) {  // the dispatcher picks this configuration for bt == SUB only
+    bool ok = bt == C::SUB &&
+              encode_kv_map_rows<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st,
+                                    a.k_sb, bt) &&
+              encode_kv_map_rows<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st,
+                                    a.v_sb, bt);
+    a.tma = ok ? 1 : 0;
+    return;
+  }
   bool ok =
       encode_kv_map<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st, a.k_sb, bt);
   if (ok && !C::KV_SHARED)
