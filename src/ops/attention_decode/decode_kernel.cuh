@@ -41,6 +41,7 @@ struct KernelArgs {
   CUtensorMap tmap_k, tmap_v;
   int tma;         // 1: TMA loads
   int box_tokens;  // tokens per box: divides the tile and the page size
+  int row_boxes;   // 1: 5-d maps whose boxes hold whole rows (every 64-dim block) of box_tokens
   const void* q0;  // dims [0, DQ0)
   const void* q1;  // dims [DQ0, DQK) (MLA q_rope), else unused
   int64_t q0_sb, q0_ss, q0_sh, q1_sb, q1_ss, q1_sh;
@@ -411,8 +412,10 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           return c2 < end;
         }
       };
-      if constexpr (C::SUB < TILE) {
-        // One box per sub-block and cache: SUB tokens x every 64-dim block of the row.
+      if (C::SUB < TILE || (!C::KV_SHARED && a.row_boxes)) {
+        // One box per sub-block and cache: SUB tokens x every 64-dim block of the row (SUB =
+        // TILE without sub-blocks: one box per cache, landing in the same layout as the
+        // 64-dim boxes).
         constexpr int kPer = TILE / C::SUB, kBoxes = 2 * kPer;
         uint32_t sub_bytes = 0;
         for (int j = lane; j < kBoxes; j += 32) {

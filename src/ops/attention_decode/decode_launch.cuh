@@ -280,6 +280,7 @@ void set_kv_maps(KernelArgs& a) {
     return e ? std::atoi(e) : 1;
   }();
   a.tma = 0;
+  a.row_boxes = 0;
   // MLA's 1152-byte latent rows (the mma.sync kernel, H <= 16): cp.async rows measured faster
   // than 16-token boxes with 256-byte promotion (H200: 0.81 vs 0.67 of copy).
   if (mode == 0 || (C::KV_SHARED && mode != 2)) return;
@@ -298,6 +299,23 @@ void set_kv_maps(KernelArgs& a) {
               encode_kv_map_rows<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st,
                                     a.v_sb, bt);
     a.tma = ok ? 1 : 0;
+    a.row_boxes = a.tma;
+    return;
+  }
+  // Whole tiles in one box per cache (bt == TILE: contiguous, pages of >= TILE tokens), the
+  // 64-dim blocks of a row included: half or a quarter of the boxes, the same layout.
+  // TESSEL_DECODE_ROWBOX=0 keeps one box per 64-dim block (A/B).
+  static const bool row_boxes_enabled = [] {
+    const char* e = std::getenv("TESSEL_DECODE_ROWBOX");
+    return !(e != nullptr && e[0] == '0');
+  }();
+  if (!C::KV_SHARED && bt == C::TILE && C::DQK > 64 && row_boxes_enabled &&
+      encode_kv_map_rows<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st, a.k_sb,
+                            bt) &&
+      encode_kv_map_rows<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st, a.v_sb,
+                            bt)) {
+    a.tma = 1;
+    a.row_boxes = 1;
     return;
   }
   bool ok =
