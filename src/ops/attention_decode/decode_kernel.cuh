@@ -430,9 +430,9 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           const bool isv = j >= kPer;
           int c2, c3;
           if (!box_at(u, c2, c3)) continue;
-          tma_load_5d(sub_base + (isv ? TILE * CPR_K * 16 : 0) +
-                          u * C::SUB * (isv ? CPR_V : CPR_K) * 16,
-                      isv ? &a.tmap_v : &a.tmap_k, 0, c2, 0, kvh, c3, s_full + stage);
+          tma_load_5d(
+              sub_base + (isv ? TILE * CPR_K * 16 : 0) + u * C::SUB * (isv ? CPR_V : CPR_K) * 16,
+              isv ? &a.tmap_v : &a.tmap_k, 0, c2, 0, kvh, c3, s_full + stage);
         }
         return;
       }
@@ -491,8 +491,10 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
           vrow =
               in ? static_cast<const T*>(a.v) + b * a.v_sb + pos * a.v_st + kvh * a.v_sh : nullptr;
         }
-        cp_async16(sk + kv_idx<TILE, C::SUB, CPR_K>(t, c), krow ? krow + c * 8 : a.k, krow != nullptr);
-        cp_async16(sv + kv_idx<TILE, C::SUB, CPR_V>(t, c), vrow ? vrow + c * 8 : a.v, vrow != nullptr);
+        cp_async16(sk + kv_idx<TILE, C::SUB, CPR_K>(t, c), krow ? krow + c * 8 : a.k,
+                   krow != nullptr);
+        cp_async16(sv + kv_idx<TILE, C::SUB, CPR_V>(t, c), vrow ? vrow + c * 8 : a.v,
+                   vrow != nullptr);
       }
     } else if constexpr (C::KV_SHARED && C::THREADS % TILE == 0 &&
                          CPR_K % (C::THREADS / TILE) == 0) {
@@ -516,7 +518,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
         for (int idx = tid; idx < TILE * CPR_V; idx += C::THREADS) {
           const int t = idx / CPR_V, c = idx - t * CPR_V;
           const T* row = row_of(a.v, a.v_sb, a.v_st, a.v_sh, t);
-          cp_async16(sv + kv_idx<TILE, C::SUB, CPR_V>(t, c), row ? row + c * 8 : a.v, row != nullptr);
+          cp_async16(sv + kv_idx<TILE, C::SUB, CPR_V>(t, c), row ? row + c * 8 : a.v,
+                     row != nullptr);
         }
       }
     }
@@ -564,7 +567,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       if (valid < TILE) {
         uint4* sv = s_kv + (it % STAGES) * C::STAGE_CHUNKS + (C::KV_SHARED ? 0 : TILE * CPR_K);
         for (int idx = tid; idx < (TILE - valid) * CPR_V; idx += C::THREADS)
-          sv[kv_idx<TILE, C::SUB, CPR_V>(valid + idx / CPR_V, idx % CPR_V)] = make_uint4(0, 0, 0, 0);
+          sv[kv_idx<TILE, C::SUB, CPR_V>(valid + idx / CPR_V, idx % CPR_V)] =
+              make_uint4(0, 0, 0, 0);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the next TMA
       }
     } else {
@@ -607,7 +611,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
 #pragma unroll 4
       for (int kk = ks * KSTEPS / KSPLIT; kk < (ks + 1) * KSTEPS / KSPLIT; ++kk) {
         uint32_t kb[4], qa[4];
-        ldsm_x4(kb, s_k + kv_idx<TILE, C::SUB, CPR_K>(slab * 16 + (lmat >> 1) * 8 + lrow, 2 * kk + (lmat & 1)));
+        ldsm_x4(kb, s_k + kv_idx<TILE, C::SUB, CPR_K>(slab * 16 + (lmat >> 1) * 8 + lrow,
+                                                      2 * kk + (lmat & 1)));
         ldsm_x4(qa, s_q + swz<CPR_K>(mt * 16 + (lmat & 1) * 8 + lrow, 2 * kk + (lmat >> 1)));
         mma16816<T>(sacc[u][0], qa, kb[0], kb[1]);
         mma16816<T>(sacc[u][1], qa, kb[2], kb[3]);
@@ -720,7 +725,8 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       for (int np = 0; np < NT_PV / 2; ++np) {
         uint32_t vb[4];
         const int c0 = warp * (C::COLS / 8) + 2 * np;
-        ldsm_x4_t(vb, s_v + kv_idx<TILE, C::SUB, CPR_V>(16 * j + (lmat & 1) * 8 + lrow, c0 + (lmat >> 1)));
+        ldsm_x4_t(vb, s_v + kv_idx<TILE, C::SUB, CPR_V>(16 * j + (lmat & 1) * 8 + lrow,
+                                                        c0 + (lmat >> 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);

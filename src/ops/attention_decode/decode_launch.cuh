@@ -255,9 +255,9 @@ bool encode_kv_map_rows(CUtensorMap* map, const void* base, int64_t dim, int64_t
   if (units <= 1) s_unit = s_row * rows;
   const cuuint64_t dims[5] = {64, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(dim / 64),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(units)};
-  const cuuint64_t strides[4] = {static_cast<cuuint64_t>(s_row * e), static_cast<cuuint64_t>(64 * e),
-                                 static_cast<cuuint64_t>(s_head * e),
-                                 static_cast<cuuint64_t>(s_unit * e)};
+  const cuuint64_t strides[4] = {
+      static_cast<cuuint64_t>(s_row * e), static_cast<cuuint64_t>(64 * e),
+      static_cast<cuuint64_t>(s_head * e), static_cast<cuuint64_t>(s_unit * e)};
   const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(box_tokens),
                              static_cast<cuuint32_t>(dim / 64), 1, 1};
   const cuuint32_t estr[5] = {1, 1, 1, 1, 1};
