@@ -30,14 +30,12 @@ void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool
   const char* op = "mla_decode";
   const bool wide = a.rows_total > 16;
   // Blocks of 64 rows run on WGMMA (mla_wgmma_kernel.cuh) where the cache geometry allows;
-  // TESSEL_MLA_WGMMA=0 keeps them on decode_kernel (A/B, debugging); =2 also runs <= 16 rows
-  // there (one 64-row block, the rest masked).
-  static const int wgmma_mode = [] {
+  // TESSEL_MLA_WGMMA=0 keeps them on decode_kernel (A/B, debugging).
+  static const bool wgmma_allowed = [] {
     const char* e = std::getenv("TESSEL_MLA_WGMMA");
-    return e ? std::atoi(e) : 1;
+    return !(e && e[0] == '0');
   }();
-  const bool on_wgmma = wgmma_mode != 0 && (wide || wgmma_mode == 2);
-  if (on_wgmma && decode::mla::wgmma_supported(paged, g.page_size)) {
+  if (wide && wgmma_allowed && decode::mla::wgmma_supported(paged, g.page_size)) {
     if (paged)
       decode::mla::launch<T, true>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
     else
