@@ -1006,14 +1006,9 @@ bool launch_gn_bwd_staged(const NormArgs& a, bool vec_ok, float* ch_ws, int64_t 
       a.cpg > kGnBwdMaxCpg || a.cols >= (int64_t{1} << 30))
     return false;
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
-  // TESSEL_NORM_GN_BWD_SLICE_KB=n: slice target (4 ... 64 KB; A/B of cluster size vs CTAs/SM).
-  static const int64_t slice_target = [] {
-    const char* e = std::getenv("TESSEL_NORM_GN_BWD_SLICE_KB");
-    const int64_t kb = e ? std::atoll(e) : 0;
-    return kb >= 4 && kb <= 64 ? kb * 1024 : kGnBwdSliceTarget;
-  }();
   const int64_t csize = std::min<int64_t>(
-      kFwdClusterMax, std::max<int64_t>(1, (row_bytes + slice_target - 1) / slice_target));
+      kFwdClusterMax,
+      std::max<int64_t>(1, (row_bytes + kGnBwdSliceTarget - 1) / kGnBwdSliceTarget));
   const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
   // A slice of `chunk` elements touches at most chunk / hw + 2 channels.
   if (chunk / a.hw + 2 > kGnBwdMaxSliceCh) return false;
