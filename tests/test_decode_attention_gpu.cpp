@@ -199,6 +199,61 @@ TEST_F(DecodeAttentionPagedGpu, PagedEqualsContiguous) {
   }
 }
 
+// A paged cache stored head-major ([page][kv head][token][dim], viewed through strides as
+// (page, token, kv head, dim)) gives the same bits as the token-major one: the TMA maps of whole
+// rows (pages of 16: 16-token sub-blocks; 64: whole tiles) then have a head stride above the
+// token stride.
+TEST_F(DecodeAttentionPagedGpu, HeadMajorPagesEqualTokenMajor) {
+  const DType dt = DType::bf16;
+  const std::vector<int64_t> lens = {1500, 3, 700};
+  const int64_t B = 3, sq = 1, hq = 8, hkv = 2, D = 128;
+  for (int64_t ps : {16, 64}) {
+    SCOPED_TRACE("page_size " + std::to_string(ps));
+    const int64_t max_pages = (1500 + ps - 1) / ps;
+    int64_t np = 0;
+    const std::vector<int32_t> table = make_block_table(rng(), lens, ps, max_pages, np);
+    const size_t n = static_cast<size_t>(np * ps * hkv * D);
+    std::vector<double> kp = rng().uniform(n, -1.0, 1.0), vp = rng().uniform(n, -1.0, 1.0);
+    // (page, token, head, dim) -> (page, head, token, dim)
+    auto head_major = [&](const std::vector<double>& a) {
+      std::vector<double> o(a.size());
+      for (int64_t p = 0; p < np; ++p)
+        for (int64_t t = 0; t < ps; ++t)
+          for (int64_t h = 0; h < hkv; ++h)
+            for (int64_t d = 0; d < D; ++d)
+              o[static_cast<size_t>(((p * hkv + h) * ps + t) * D + d)] =
+                  a[static_cast<size_t>(((p * ps + t) * hkv + h) * D + d)];
+      return o;
+    };
+    std::vector<double> khv = head_major(kp), vhv = head_major(vp);
+    DeviceTensor kt = test::to_device(dt, {np, ps, hkv, D}, kp);
+    DeviceTensor vt = test::to_device(dt, {np, ps, hkv, D}, vp);
+    DeviceTensor kh = test::to_device(dt, {np, hkv, ps, D}, khv);
+    DeviceTensor vh = test::to_device(dt, {np, hkv, ps, D}, vhv);
+    auto view = [&](const DeviceTensor& d) {
+      Tensor t = d.t;
+      t.shape[1] = ps, t.shape[2] = hkv;
+      t.strides[0] = hkv * ps * D, t.strides[1] = D, t.strides[2] = ps * D, t.strides[3] = 1;
+      return t;
+    };
+    const Tensor kv = view(kh), vv = view(vh);
+    std::vector<double> qv = rng().uniform(static_cast<size_t>(B * sq * hq * D), -2.0, 2.0);
+    DeviceTensor q = test::to_device(dt, {B, sq, hq, D}, qv);
+    DeviceTensor sl = upload_i32({B}, std::vector<int32_t>(lens.begin(), lens.end()));
+    DeviceTensor bt = upload_i32({B, max_pages}, table);
+    DeviceTensor o1 = test::alloc(dt, {B, sq, hq, D}), o2 = test::alloc(dt, {B, sq, hq, D});
+    DecodeParams p;
+    p.block_table = &bt.t;
+    p.num_splits = 3;
+    decode_attention(q.t, kt.t, vt.t, sl.t, o1.t, nullptr, p, stream());
+    decode_attention(q.t, kv, vv, sl.t, o2.t, nullptr, p, stream());
+    sync();
+    EXPECT_TRUE(test::download_bytes(o1) == test::download_bytes(o2));
+    const std::vector<double> v1 = test::download_values(o1);
+    EXPECT_TRUE(std::none_of(v1.begin(), v1.end(), [](double x) { return std::isnan(x); }));
+  }
+}
+
 // q/out as strided views (a slice of a fused qkv buffer, a padded output), non-power-of-two
 // page size.
 TEST_F(DecodeAttentionPagedGpu, StridedQAndOut) {
