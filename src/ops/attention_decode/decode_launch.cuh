@@ -211,62 +211,40 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// One cache (K or V) as a 4-d tensor (dims, KV heads, tokens per unit, units), strides in
-// elements; boxes of (64, 1, box_tokens, 1), 128B swizzle (decode_kernel's kv_idx layout).
+// One cache (K or V) as a tensor map, strides in elements, 128B swizzle (decode_kernel's kv_idx
+// layout). whole_rows = false: 4-d (dims, KV heads, tokens per unit, units), boxes of (64, 1,
+// box_tokens, 1), one per 64-dim block. whole_rows = true: 5-d (64 dims, tokens per unit,
+// dim / 64 blocks, KV heads, units), boxes of (64, box_tokens, dim / 64, 1, 1) holding whole rows
+// and landing as [64-dim block][token] (Cfg::SUB's sub-block); the block stride (128 bytes) sits
+// below the token stride, which the driver takes (bench/dev/tmap_stride_probe.cu, H200).
 // False where the driver refuses (e.g. a zero stride): the kernel then loads with cp.async.
 template <class T>
 bool encode_kv_map(CUtensorMap* map, const void* base, int64_t dim, int64_t heads, int64_t rows,
-                   int64_t units, int64_t s_head, int64_t s_row, int64_t s_unit, int box_tokens) {
+                   int64_t units, int64_t s_head, int64_t s_row, int64_t s_unit, int box_tokens,
+                   bool whole_rows = false) {
   const EncodeTiledFn fn = encode_tiled_fn();
-  if (fn == nullptr) return false;
+  if (fn == nullptr || (whole_rows && dim % 64 != 0)) return false;
   // A stride of an axis of extent 1 is never used: give it the packed value.
   const int64_t e = sizeof(T);
   if (heads <= 1) s_head = dim;
   if (rows <= 1) s_row = s_head * heads;
   if (units <= 1) s_unit = s_row * rows;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s_head * e),
-                                 static_cast<cuuint64_t>(s_row * e),
-                                 static_cast<cuuint64_t>(s_unit * e)};
-  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_tokens), 1};
-  const cuuint32_t estr[4] = {1, 1, 1, 1};
-  return fn(map,
-            std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            4, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// One cache as a 5-d tensor (64 dims, tokens per unit, dim / 64 blocks, KV heads, units) whose
-// boxes (64, box_tokens, dim / 64, 1, 1) hold whole rows of box_tokens tokens, landing as
-// [64-dim block][token] (Cfg::SUB's layout). The block stride (128 bytes) sits below the token
-// stride: the driver takes strides out of order (bench/dev/tmap_stride_probe.cu, H200).
-template <class T>
-bool encode_kv_map_rows(CUtensorMap* map, const void* base, int64_t dim, int64_t heads,
-                        int64_t rows, int64_t units, int64_t s_head, int64_t s_row, int64_t s_unit,
-                        int box_tokens) {
-  const EncodeTiledFn fn = encode_tiled_fn();
-  if (fn == nullptr || dim % 64 != 0) return false;
-  const int64_t e = sizeof(T);
-  if (heads <= 1) s_head = dim;
-  if (rows <= 1) s_row = s_head * heads;
-  if (units <= 1) s_unit = s_row * rows;
-  const cuuint64_t dims[5] = {64, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(dim / 64),
-                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(units)};
-  const cuuint64_t strides[4] = {
-      static_cast<cuuint64_t>(s_row * e), static_cast<cuuint64_t>(64 * e),
-      static_cast<cuuint64_t>(s_head * e), static_cast<cuuint64_t>(s_unit * e)};
-  const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(box_tokens),
-                             static_cast<cuuint32_t>(dim / 64), 1, 1};
+  auto u64 = [](int64_t v) { return static_cast<cuuint64_t>(v); };
+  const cuuint32_t bt = static_cast<cuuint32_t>(box_tokens);
+  const cuuint64_t dims4[4] = {u64(dim), u64(heads), u64(rows), u64(units)};
+  const cuuint64_t strides4[3] = {u64(s_head * e), u64(s_row * e), u64(s_unit * e)};
+  const cuuint32_t box4[4] = {64, 1, bt, 1};
+  const cuuint64_t dims5[5] = {64, u64(rows), u64(dim / 64), u64(heads), u64(units)};
+  const cuuint64_t strides5[4] = {u64(s_row * e), u64(64 * e), u64(s_head * e), u64(s_unit * e)};
+  const cuuint32_t box5[5] = {64, bt, static_cast<cuuint32_t>(dim / 64), 1, 1};
   const cuuint32_t estr[5] = {1, 1, 1, 1, 1};
   return fn(map,
             std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            5, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+            whole_rows ? 5 : 4, const_cast<void*>(base), whole_rows ? dims5 : dims4,
+            whole_rows ? strides5 : strides4, whole_rows ? box5 : box4, estr,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The TMA descriptors of decode_kernel's K / V loads (a.tma = 0 where they cannot be made, or
@@ -294,10 +272,10 @@ void set_kv_maps(KernelArgs& a) {
   a.box_tokens = bt;
   if constexpr (C::SUB < C::TILE) {  // the dispatcher picks this configuration for bt == SUB only
     bool ok = bt == C::SUB &&
-              encode_kv_map_rows<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st,
-                                    a.k_sb, bt) &&
-              encode_kv_map_rows<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st,
-                                    a.v_sb, bt);
+              encode_kv_map<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st, a.k_sb,
+                               bt, true) &&
+              encode_kv_map<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st, a.v_sb,
+                               bt, true);
     a.tma = ok ? 1 : 0;
     a.row_boxes = a.tma;
     return;
@@ -310,10 +288,10 @@ void set_kv_maps(KernelArgs& a) {
     return !(e != nullptr && e[0] == '0');
   }();
   if (!C::KV_SHARED && bt == C::TILE && C::DQK > 64 && row_boxes_enabled &&
-      encode_kv_map_rows<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st, a.k_sb,
-                            bt) &&
-      encode_kv_map_rows<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st, a.v_sb,
-                            bt)) {
+      encode_kv_map<T>(&a.tmap_k, a.k, C::DQK, a.hkv, rows, units, a.k_sh, a.k_st, a.k_sb, bt,
+                       true) &&
+      encode_kv_map<T>(&a.tmap_v, a.v, C::DV, a.hkv, rows, units, a.v_sh, a.v_st, a.v_sb, bt,
+                       true)) {
     a.tma = 1;
     a.row_boxes = 1;
     return;
