@@ -15,14 +15,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      return 1;                                                                           \
-    }                                                                                     \
-  } while (0)
+#include "probe_util.cuh"
 
 template <int R, int W>
 __global__ void __launch_bounds__(256)
@@ -63,23 +56,6 @@ __global__ void __launch_bounds__(256)
     acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
   }
   if ((acc.x & acc.y & acc.z & acc.w) == 0xdeadbeefu) *sink = 1;
-}
-
-template <class F>
-float median_ms(F&& f, cudaEvent_t a, cudaEvent_t b) {
-  std::vector<float> t;
-  for (int i = 0; i < 3; ++i) f();
-  for (int i = 0; i < 25; ++i) {
-    cudaEventRecord(a);
-    f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 int main() {
