@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/attention_decode/mla_config.hpp"
 #include "ref/decode_attention_ref.hpp"
 #include "tessel/decode_attention.hpp"
 #include "test_util.hpp"
@@ -562,6 +563,13 @@ const MlaCase kMla[] = {
     {{4097, 1, 63}, 1, 16, 0, 0},
     {{3000, 700}, 1, 4, 48, 2},
     {{1, 300, 20}, 1, 16, 16, 7},
+    // mla_swap_kernel (<= 16 rows, 64-token tiles whole boxes): one split of 79 tiles (the
+    // chunk ring wraps many times), Sq = 2 x 8 heads on pages of 16, one head, 5 rows on pages
+    // of 128 with a heuristic split count.
+    {{5000, 3}, 1, 16, 64, 1},
+    {{777, 1500}, 2, 8, 16, 2},
+    {{100, 2000}, 1, 1, 64, 0},
+    {{4097, 130}, 1, 5, 128, 0},
 };
 
 TEST_P(MlaDecodeGpu, MatchesReference) {
@@ -570,6 +578,28 @@ TEST_P(MlaDecodeGpu, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, MlaDecodeGpu,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
+                                            ::testing::Range(0, static_cast<int>(std::size(kMla)))),
+                         test::dtype_case_name);
+
+// The <= 16-row cases again with mla_swap_kernel off: decode_kernel's mma.sync path (the
+// default before the swap kernel; still taken for page sizes whose tiles are not whole boxes).
+class MlaDecodeNoSwapGpu : public MlaDecodeGpu {
+ protected:
+  void TearDown() override {
+    detail::set_mla_swap(true);
+    MlaDecodeGpu::TearDown();
+  }
+};
+
+TEST_P(MlaDecodeNoSwapGpu, MatchesReference) {
+  const auto [dt, ci] = GetParam();
+  if (kMla[ci].sq * kMla[ci].heads > 16) GTEST_SKIP() << "a block of 64 rows (WGMMA kernel)";
+  detail::set_mla_swap(false);
+  check(dt, kMla[ci]);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MlaDecodeNoSwapGpu,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
                                             ::testing::Range(0, static_cast<int>(std::size(kMla)))),
                          test::dtype_case_name);

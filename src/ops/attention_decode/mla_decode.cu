@@ -1,16 +1,40 @@
 // MLA (DeepSeek-V2) decode in the absorbed form: one latent "KV head" of 576 dims per token
 // ([c (512) | k_rope (64)]) shared by all H query heads. decode_kernel runs with DQK = 576
 // (q_latent dims from one tensor, q_rope dims from another), DV = 512 read from the same shared
-// memory tile (each latent byte is loaded once), 8 warps, 32-token tiles.
+// memory tile (each latent byte is loaded once), 8 warps, 32-token tiles. Where the cache's
+// 64-token tiles are whole TMA boxes, WGMMA kernels take over (mla_launch.cuh): blocks of 64 rows
+// on mla_wgmma_kernel, blocks of <= 16 rows on mla_swap_kernel.
 // Bytes: every cached latent row once per block of 16 (H <= 16) or 64 query rows.
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include "ops/attention_decode/decode_launch.cuh"
-#include "ops/attention_decode/mla_wgmma_kernel.cuh"
+#include "ops/attention_decode/mla_config.hpp"
+#include "ops/attention_decode/mla_launch.cuh"
 
 namespace tessel {
+
+namespace detail {
+namespace {
+std::atomic<int>& mla_swap_state() {  // -1: not read yet
+  static std::atomic<int> s{-1};
+  return s;
+}
+}  // namespace
+bool mla_swap_enabled() {
+  int v = mla_swap_state().load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("TESSEL_MLA_SWAP");
+    v = e && e[0] == '0' ? 0 : 1;
+    mla_swap_state().store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+void set_mla_swap(bool enabled) { mla_swap_state().store(enabled ? 1 : 0); }
+}  // namespace detail
+
 namespace {
 
 using decode::KernelArgs;
@@ -29,18 +53,28 @@ void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool
               cudaStream_t stream) {
   const char* op = "mla_decode";
   const bool wide = a.rows_total > 16;
-  // Blocks of 64 rows run on WGMMA (mla_wgmma_kernel.cuh) where the cache geometry allows;
-  // TESSEL_MLA_WGMMA=0 keeps them on decode_kernel (A/B, debugging).
+  // Blocks of 64 rows run on WGMMA (mla_wgmma_kernel.cuh) where the cache geometry allows, blocks
+  // of <= 16 rows on mla_swap_kernel; TESSEL_MLA_WGMMA=0 keeps both on decode_kernel,
+  // TESSEL_MLA_SWAP=0 (or detail::set_mla_swap) only the small blocks (A/B, debugging).
   static const bool wgmma_allowed = [] {
     const char* e = std::getenv("TESSEL_MLA_WGMMA");
     return !(e && e[0] == '0');
   }();
-  if (wide && wgmma_allowed && decode::mla::wgmma_supported(paged, g.page_size)) {
-    if (paged)
-      decode::mla::launch<T, true>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
-    else
-      decode::mla::launch<T, false>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
-    return;
+  if (wgmma_allowed && decode::mla::wgmma_supported(paged, g.page_size)) {
+    if (wide) {
+      if (paged)
+        decode::mla::launch<T, true, false>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
+      else
+        decode::mla::launch<T, false, false>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
+      return;
+    }
+    if (detail::mla_swap_enabled()) {
+      if (paged)
+        decode::mla::launch<T, true, true>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
+      else
+        decode::mla::launch<T, false, true>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
+      return;
+    }
   }
   if (paged) {
     if (wide)
