@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/attention/attention_bwd.cuh"
 #include "ref/attention_bwd_ref.hpp"
 #include "tessel/attention.hpp"
 #include "tessel/attention_backward.hpp"
@@ -340,6 +341,18 @@ TEST_F(AttentionBwdGpu, WgmmaTileEdges) {
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 300, 1000, hq, hkv, 256, causal));
   run(make(DType::f16, 2, 1000, 300, 4, 1, 256, true));
   run(make(DType::bf16, 1, 4097, 65, 2, 1, 256, false));
+}
+
+// Causal key blocks in launch sections (BwdArgs::order_pairs): 8 (kv head, sequence) pairs in
+// sections of 3 (the last one short), of 1, and in the grid's own order.
+TEST_F(AttentionBwdGpu, CausalKeyBlockSections) {
+  for (int pairs : {3, 1, 0}) {
+    SCOPED_TRACE("sections of " + std::to_string(pairs));
+    attention_detail::set_bwd_order_pairs(pairs);
+    for (int d : {64, 128, 256}) run(make(DType::bf16, 2, 300, 700, 8, 4, d, true));
+    run(make(DType::f16, 2, 513, 513, 4, 4, 128, true));
+  }
+  attention_detail::set_bwd_order_pairs(-1);
 }
 
 TEST_F(AttentionBwdGpu, Long) {

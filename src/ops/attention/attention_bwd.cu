@@ -11,6 +11,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -127,9 +129,22 @@ bool force_mma() {
   return e != nullptr && std::strcmp(e, "mma") == 0;
 }
 
+// TESSEL_ATTENTION_BWD_ORDER=0: the WGMMA kernels keep the grid's own key-block order under
+// causal masks (A/B; see BwdArgs::order_pairs). attention_detail::set_bwd_order_pairs forces a
+// section size (tests).
+std::atomic<int> g_order_pairs{-1};
+bool key_block_order_allowed() {
+  static const bool allowed = [] {
+    const char* e = std::getenv("TESSEL_ATTENTION_BWD_ORDER");
+    return !(e && e[0] == '0');
+  }();
+  return allowed;
+}
+
 }  // namespace
 
 namespace attention_detail {
+void set_bwd_order_pairs(int n) { g_order_pairs.store(n); }
 
 bool bwd_wgmma_supported(const BwdArgs& a) {
   if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128 && a.d != 256)) return false;
@@ -261,6 +276,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   if (!no_q || !no_k) {
     const bool wgmma = !force_mma() && attention_detail::bwd_wgmma_supported(a);
+    if (wgmma && !varlen && a.window_right >= 0 && key_block_order_allowed()) {
+      // Causal-like masks give key blocks unequal work: longest first (BwdArgs::order_pairs),
+      // in sections whose Q and dO (every q head of the group) take <= 16 MB of L2.
+      const int64_t pair_bytes = (hq / hkv) * sq * d * 2 * int64_t{2};
+      a.order_pairs = static_cast<int>(
+          std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(pair_bytes, 1), 1,
+                              batches * hkv));
+      const int forced = g_order_pairs.load();
+      if (forced >= 0) a.order_pairs = forced;
+    }
     if (wgmma && a.d == 256 && bf16)
       attention_detail::launch_bwd_wgmma_d256_bf16(a, stream);
     else if (wgmma && a.d == 256)

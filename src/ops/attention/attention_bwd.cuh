@@ -38,6 +38,10 @@ struct BwdArgs {
   int window_left = -1;   // < 0: unlimited
   int window_right = -1;  // < 0: unlimited (causal folded in as 0)
   bool vec = false;       // q/k/v/dout 16-byte aligned bases and strides: 16-byte async copies
+  // WGMMA kernels, padded batches: 0 = the grid's own order (key block fastest); G > 0 = the
+  // launch order walks sections of G (kv head, sequence) pairs, key block slowest within one
+  // (causal: the longest key blocks of every pair first, the shortest last).
+  int order_pairs = 0;
 };
 
 // The three steps after the preprocess (delta): dk/dv by key blocks (with dq atomics into
@@ -54,5 +58,9 @@ void launch_bwd_wgmma_f16(const BwdArgs& a, cudaStream_t stream);
 // D = 256: the head-dim-split WGMMA kernel (attention_bwd_wgmma_d256_kernel.cuh).
 void launch_bwd_wgmma_d256_bf16(const BwdArgs& a, cudaStream_t stream);
 void launch_bwd_wgmma_d256_f16(const BwdArgs& a, cudaStream_t stream);
+
+// Tests: force BwdArgs::order_pairs for causal-like masks on the WGMMA kernels (n > 0: sections
+// of n pairs; 0: the grid's own order); -1 restores the automatic choice.
+void set_bwd_order_pairs(int n);
 
 }  // namespace tessel::attention_detail

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   KeyBlock kb;
   if (!bwd_wgmma::find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
-  const int hk = blockIdx.y, group = a.hq / a.hkv;
+  const int hk = kb.hk, group = a.hq / a.hkv;
   const int j0 = kb.blk * Bc;
   const int offset = kb.skv - kb.sq;
   const bool varlen = a.cu_q != nullptr;
