@@ -637,6 +637,58 @@ TEST_F(MlaPagedGpu, PagedEqualsContiguous) {
   }
 }
 
+// An out-of-range page of one sequence: without check_inputs only that sequence's rows are NaN
+// (every MLA kernel: <= 16 rows on mla_swap_kernel and on decode_kernel, 64-row blocks on
+// mla_wgmma_kernel), with it the call throws and leaves out untouched.
+TEST_F(MlaPagedGpu, BadPageOnlyItsRowsNaN) {
+  const DType dt = DType::bf16;
+  const std::vector<int64_t> lens = {700, 300};
+  const int64_t B = 2, ps = 64;
+  for (int64_t heads : {16, 128})
+    for (bool swap : {true, false})
+      for (int splits : {1, 3}) {
+        if (heads > 16 && !swap) continue;
+        SCOPED_TRACE("heads " + std::to_string(heads) + (swap ? " swap" : " decode_kernel") +
+                     " splits " + std::to_string(splits));
+        detail::set_mla_swap(swap);
+        MlaSetup m = paged(dt, lens, ps);
+        std::vector<int32_t> table(static_cast<size_t>(m.table.t.numel()));
+        ASSERT_EQ(cudaMemcpy(table.data(), m.table.t.data, table.size() * 4,
+                             cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        const int64_t max_pages = m.table.t.shape[1];
+        table[static_cast<size_t>(max_pages + 2)] = 1 << 20;  // sequence 1, page 2 (used)
+        DeviceTensor bt = upload_i32({B, max_pages}, table);
+        std::vector<double> qlv = rng().uniform(static_cast<size_t>(B * heads * 512), -1, 1),
+                            qrv = rng().uniform(static_cast<size_t>(B * heads * 64), -1, 1);
+        DeviceTensor ql = test::to_device(dt, {B, 1, heads, 512}, qlv);
+        DeviceTensor qr = test::to_device(dt, {B, 1, heads, 64}, qrv);
+        DeviceTensor sl = upload_i32({B}, {700, 300});
+        DeviceTensor out = test::alloc(dt, {B, 1, heads, 512});
+        DecodeParams p;
+        p.block_table = &bt.t;
+        p.num_splits = splits;
+        p.check_inputs = true;
+        try {
+          mla_decode(ql.t, qr.t, m.cache.t, sl.t, out.t, nullptr, p, stream());
+          ADD_FAILURE() << "no error for an out-of-range page";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT);
+          EXPECT_NE(std::string(e.what()).find("block_table[1, 2]"), std::string::npos)
+              << e.what();
+        }
+        EXPECT_TRUE(test::download_bytes(out) == std::vector<uint8_t>(out.buf.bytes(), 0xFF));
+        p.check_inputs = false;
+        mla_decode(ql.t, qr.t, m.cache.t, sl.t, out.t, nullptr, p, stream());
+        sync();
+        const std::vector<double> o = test::download_values(out);
+        const size_t row = static_cast<size_t>(heads * 512);
+        EXPECT_TRUE(std::none_of(o.begin(), o.begin() + row, [](double x) { return std::isnan(x); }));
+        EXPECT_TRUE(std::all_of(o.begin() + row, o.end(), [](double x) { return std::isnan(x); }));
+      }
+  detail::set_mla_swap(true);
+}
+
 class MlaAppendGpu : public test::GpuTest {};
 
 TEST_F(MlaAppendGpu, AppendLatentPaged) {
