@@ -582,19 +582,20 @@ INSTANTIATE_TEST_SUITE_P(All, MlaDecodeGpu,
                                             ::testing::Range(0, static_cast<int>(std::size(kMla)))),
                          test::dtype_case_name);
 
-// The <= 16-row cases again with mla_swap_kernel off: decode_kernel's mma.sync path (the
-// default before the swap kernel; still taken for page sizes whose tiles are not whole boxes).
+// The <= 16-row cases again on one kernel each: decode_kernel's mma.sync path (taken for splits
+// of 1-2 tiles and for page sizes whose tiles are not whole boxes), and mla_swap_kernel wherever
+// the cache geometry allows (the default takes it only for splits of >= 3 tiles).
 class MlaDecodeNoSwapGpu : public MlaDecodeGpu {
  protected:
   void TearDown() override {
-    detail::set_mla_swap(true);
+    detail::set_mla_swap(1);
     MlaDecodeGpu::TearDown();
   }
 };
 
 TEST_P(MlaDecodeNoSwapGpu, MatchesReference) {
   const auto [dt, ci] = GetParam();
-  detail::set_mla_swap(false);
+  detail::set_mla_swap(0);
   check(dt, kMla[ci]);
 }
 
@@ -611,30 +612,52 @@ INSTANTIATE_TEST_SUITE_P(All, MlaDecodeNoSwapGpu,
                                             ::testing::ValuesIn(small_mla_cases())),
                          test::dtype_case_name);
 
-// The <= 16-row kernel on a paged cache gives the same bits as on the contiguous copy of it.
-class MlaPagedGpu : public MlaGpuTest {};
+class MlaDecodeSwapGpu : public MlaDecodeNoSwapGpu {};
+
+TEST_P(MlaDecodeSwapGpu, MatchesReference) {
+  const auto [dt, ci] = GetParam();
+  detail::set_mla_swap(2);
+  check(dt, kMla[ci]);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MlaDecodeSwapGpu,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
+                                            ::testing::ValuesIn(small_mla_cases())),
+                         test::dtype_case_name);
+
+// The <= 16-row kernels on a paged cache give the same bits as on the contiguous copy of it
+// (decode_kernel and mla_swap_kernel).
+class MlaPagedGpu : public MlaGpuTest {
+ protected:
+  void TearDown() override {
+    detail::set_mla_swap(1);
+    MlaGpuTest::TearDown();
+  }
+};
 
 TEST_F(MlaPagedGpu, PagedEqualsContiguous) {
   const DType dt = DType::bf16;
-  for (int64_t page : {16, 64}) {
-    SCOPED_TRACE("page " + std::to_string(page));
-    // 3 forced splits: merged in the kernel (long) and by the combine launch (short splits).
-    for (const std::vector<int64_t>& lens :
-         {std::vector<int64_t>{2100, 5, 777}, std::vector<int64_t>{100, 31}}) {
-      MlaCase c{lens, 1, 16, page, 3};
-      const int64_t B = static_cast<int64_t>(lens.size());
-      MlaSetup pg = paged(dt, lens, page);
-      MlaSetup ct = contiguous(dt, lens, pg.gathered, pg.smax);
-      std::vector<double> ql = rng().uniform(static_cast<size_t>(B * 16 * 512), -1.0, 1.0);
-      std::vector<double> qr = rng().uniform(static_cast<size_t>(B * 16 * 64), -1.0, 1.0);
-      std::vector<double> po, pl, co, cl;
-      run(dt, c, ql, qr, pg, 0.0, po, pl);
-      c.page = 0;
-      run(dt, c, ql, qr, ct, 0.0, co, cl);
-      EXPECT_TRUE(po == co);
-      EXPECT_TRUE(pl == cl);
+  for (int mode : {0, 2})
+    for (int64_t page : {16, 64}) {
+      SCOPED_TRACE("page " + std::to_string(page) + (mode ? " swap" : " decode_kernel"));
+      detail::set_mla_swap(mode);
+      // 3 forced splits: merged in the kernel (long) and by the combine launch (short splits).
+      for (const std::vector<int64_t>& lens :
+           {std::vector<int64_t>{2100, 5, 777}, std::vector<int64_t>{100, 31}}) {
+        MlaCase c{lens, 1, 16, page, 3};
+        const int64_t B = static_cast<int64_t>(lens.size());
+        MlaSetup pg = paged(dt, lens, page);
+        MlaSetup ct = contiguous(dt, lens, pg.gathered, pg.smax);
+        std::vector<double> ql = rng().uniform(static_cast<size_t>(B * 16 * 512), -1.0, 1.0);
+        std::vector<double> qr = rng().uniform(static_cast<size_t>(B * 16 * 64), -1.0, 1.0);
+        std::vector<double> po, pl, co, cl;
+        run(dt, c, ql, qr, pg, 0.0, po, pl);
+        c.page = 0;
+        run(dt, c, ql, qr, ct, 0.0, co, cl);
+        EXPECT_TRUE(po == co);
+        EXPECT_TRUE(pl == cl);
+      }
     }
-  }
 }
 
 // An out-of-range page of one sequence: without check_inputs only that sequence's rows are NaN
@@ -650,12 +673,12 @@ TEST_F(MlaPagedGpu, BadPageOnlyItsRowsNaN) {
         if (heads > 16 && !swap) continue;
         SCOPED_TRACE("heads " + std::to_string(heads) + (swap ? " swap" : " decode_kernel") +
                      " splits " + std::to_string(splits));
-        detail::set_mla_swap(swap);
+        detail::set_mla_swap(swap ? 2 : 0);
         MlaSetup m = paged(dt, lens, ps);
         std::vector<int32_t> table(static_cast<size_t>(m.table.t.numel()));
-        ASSERT_EQ(cudaMemcpy(table.data(), m.table.t.data, table.size() * 4,
-                             cudaMemcpyDeviceToHost),
-                  cudaSuccess);
+        ASSERT_EQ(
+            cudaMemcpy(table.data(), m.table.t.data, table.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
         const int64_t max_pages = m.table.t.shape[1];
         table[static_cast<size_t>(max_pages + 2)] = 1 << 20;  // sequence 1, page 2 (used)
         DeviceTensor bt = upload_i32({B, max_pages}, table);
@@ -674,8 +697,7 @@ TEST_F(MlaPagedGpu, BadPageOnlyItsRowsNaN) {
           ADD_FAILURE() << "no error for an out-of-range page";
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), TESSEL_ERROR_INVALID_ARGUMENT);
-          EXPECT_NE(std::string(e.what()).find("block_table[1, 2]"), std::string::npos)
-              << e.what();
+          EXPECT_NE(std::string(e.what()).find("block_table[1, 2]"), std::string::npos) << e.what();
         }
         EXPECT_TRUE(test::download_bytes(out) == std::vector<uint8_t>(out.buf.bytes(), 0xFF));
         p.check_inputs = false;
@@ -683,10 +705,11 @@ TEST_F(MlaPagedGpu, BadPageOnlyItsRowsNaN) {
         sync();
         const std::vector<double> o = test::download_values(out);
         const size_t row = static_cast<size_t>(heads * 512);
-        EXPECT_TRUE(std::none_of(o.begin(), o.begin() + row, [](double x) { return std::isnan(x); }));
+        EXPECT_TRUE(
+            std::none_of(o.begin(), o.begin() + row, [](double x) { return std::isnan(x); }));
         EXPECT_TRUE(std::all_of(o.begin() + row, o.end(), [](double x) { return std::isnan(x); }));
       }
-  detail::set_mla_swap(true);
+  detail::set_mla_swap(1);
 }
 
 class MlaAppendGpu : public test::GpuTest {};

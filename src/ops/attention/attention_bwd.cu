@@ -280,9 +280,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       // Causal-like masks give key blocks unequal work: longest first (BwdArgs::order_pairs),
       // in sections whose Q and dO (every q head of the group) take <= 16 MB of L2.
       const int64_t pair_bytes = (hq / hkv) * sq * d * 2 * int64_t{2};
-      a.order_pairs = static_cast<int>(
-          std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(pair_bytes, 1), 1,
-                              batches * hkv));
+      a.order_pairs = static_cast<int>(std::clamp<int64_t>(
+          (int64_t{16} << 20) / std::max<int64_t>(pair_bytes, 1), 1, batches * hkv));
       const int forced = g_order_pairs.load();
       if (forced >= 0) a.order_pairs = forced;
     }

@@ -5,8 +5,10 @@
 
 namespace tessel::detail {
 
-// TESSEL_MLA_SWAP=0 at the first call turns the swap kernel off; set_mla_swap overrides it.
-bool mla_swap_enabled();
-void set_mla_swap(bool enabled);
+// 0: decode_kernel always; 1 (default): mla_swap_kernel where its splits get >= 3 tiles;
+// 2: mla_swap_kernel wherever the cache geometry allows (tests). TESSEL_MLA_SWAP=0 / 2 at the
+// first call sets the mode; set_mla_swap overrides it.
+int mla_swap_mode();
+void set_mla_swap(int mode);
 
 }  // namespace tessel::detail

@@ -23,16 +23,16 @@ std::atomic<int>& mla_swap_state() {  // -1: not read yet
   return s;
 }
 }  // namespace
-bool mla_swap_enabled() {
+int mla_swap_mode() {
   int v = mla_swap_state().load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("TESSEL_MLA_SWAP");
-    v = e && e[0] == '0' ? 0 : 1;
+    v = e && (e[0] == '0' || e[0] == '2') ? e[0] - '0' : 1;
     mla_swap_state().store(v, std::memory_order_relaxed);
   }
-  return v != 0;
+  return v;
 }
-void set_mla_swap(bool enabled) { mla_swap_state().store(enabled ? 1 : 0); }
+void set_mla_swap(int mode) { mla_swap_state().store(mode < 0 ? 0 : mode > 2 ? 2 : mode); }
 }  // namespace detail
 
 namespace {
@@ -54,8 +54,9 @@ void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool
   const char* op = "mla_decode";
   const bool wide = a.rows_total > 16;
   // Blocks of 64 rows run on WGMMA (mla_wgmma_kernel.cuh) where the cache geometry allows, blocks
-  // of <= 16 rows on mla_swap_kernel; TESSEL_MLA_WGMMA=0 keeps both on decode_kernel,
-  // TESSEL_MLA_SWAP=0 (or detail::set_mla_swap) only the small blocks (A/B, debugging).
+  // of <= 16 rows on mla_swap_kernel when its splits get >= 3 tiles (swap_tiles_per_split: shorter
+  // ranges stay on decode_kernel); TESSEL_MLA_WGMMA=0 keeps both on decode_kernel,
+  // TESSEL_MLA_SWAP=0 / 2 (or detail::set_mla_swap) the small blocks on one kernel (A/B, tests).
   static const bool wgmma_allowed = [] {
     const char* e = std::getenv("TESSEL_MLA_WGMMA");
     return !(e && e[0] == '0');
@@ -68,7 +69,8 @@ void dispatch(KernelArgs a, const decode::CacheGeometry& g, int64_t splits, bool
         decode::mla::launch<T, false, false>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
       return;
     }
-    if (detail::mla_swap_enabled()) {
+    const int swap = detail::mla_swap_mode();
+    if (swap == 2 || (swap == 1 && decode::mla::swap_tiles_per_split(a, splits) >= 3)) {
       if (paged)
         decode::mla::launch<T, true, true>(a, a.k, a.k_st, a.k_sb, g, splits, stream, op);
       else

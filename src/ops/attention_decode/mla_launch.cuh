@@ -39,6 +39,19 @@ inline uint64_t cache_hint() {
 
 // Host: descriptor, splits (launch_decode's heuristic with one CTA per SM), launch, and the
 // combine launch when the splits are not merged in the kernel.
+// Tiles (64 tokens) of the longest split mla_swap_kernel would run for this call (the splits
+// as launch<..., true> picks them). With 1-2 tiles per CTA its prologue, pipeline fill and
+// two-warpgroup merge cost more than decode_kernel's short cp.async path: one H200
+// (bench/dev/mla_batch_probe.cu, session 29) measured B = 1 x 8192 tokens (2 tiles per split)
+// 0.91x and B = 16 x 1024 (2 tiles) 0.87x decode_kernel, but 1.05-1.32x from 3-4 tiles on.
+inline int64_t swap_tiles_per_split(const KernelArgs& a, int64_t requested_splits) {
+  const int64_t plan = a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity;
+  const int64_t splits = requested_splits > 0
+                             ? requested_splits
+                             : choose_splits(a.batch, plan, kTile, detail::current_sm_count());
+  return ((plan + splits - 1) / splits + kTile - 1) / kTile;
+}
+
 // SWAP: blocks of <= 16 rows on mla_swap_kernel (mla_swap_kernel.cuh); otherwise blocks of 64
 // rows on mla_wgmma_kernel.
 template <class T, bool PAGED, bool SWAP>
@@ -46,7 +59,8 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
             const CacheGeometry& g, int64_t requested_splits, cudaStream_t stream, const char* op) {
   constexpr int kBlockRows = SWAP ? swap::kRows : kRows;
   constexpr int kBlockThreads = SWAP ? swap::kThreads : kThreads;
-  constexpr size_t kBlockSmem = SWAP ? swap::kSmemBytes : WgCfg<typename CuteType<T>::type>::kSmemBytes;
+  constexpr size_t kBlockSmem =
+      SWAP ? swap::kSmemBytes : WgCfg<typename CuteType<T>::type>::kSmemBytes;
   auto kernel = SWAP ? swap::mla_swap_kernel<T, PAGED> : mla_wgmma_kernel<T, PAGED>;
   static const bool configured = [&] {
     TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

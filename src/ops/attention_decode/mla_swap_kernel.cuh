@@ -45,7 +45,7 @@ constexpr int kOPitch = kLatent + 4;             // f32 row pitch of the output 
 
 struct Smem {
   alignas(1024) uint8_t ring[kSlots][kChunkBytes];
-  alignas(1024) uint8_t q[kBlocks][kRows * 128];    // Q: 9 blocks of (16 rows x 64 dims)
+  alignas(1024) uint8_t q[kBlocks][kRows * 128];     // Q: 9 blocks of (16 rows x 64 dims)
   alignas(1024) uint8_t p[kConsumers][kRows * 128];  // Pᵀ per warpgroup: (16 rows x 64 tokens)
   float red[kConsumers][2][4][kRows];                // per-warp tile maxima, double-buffered
   float m_fin[kConsumers][kRows];                    // epilogue: each warpgroup's max
@@ -113,7 +113,8 @@ __device__ __forceinline__ void fence_async_shared() {
 constexpr int kBarWg = 1, kBarConsumers = 3;
 
 template <class T, bool PAGED>
-__global__ void __launch_bounds__(kThreads, 1) mla_swap_kernel(const __grid_constant__ WgArgs args) {
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_swap_kernel(const __grid_constant__ WgArgs args) {
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   ::tessel::tile::wait_prior_grid();  // dependent launch: inputs may come from the kernel before
   ::tessel::tile::allow_next_grid();
@@ -159,11 +160,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_swap_kernel(const __grid_cons
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < a.rows_total) {
       const int s = r / a.group, h = r - s * a.group;
-      const T* src = c < kLatent / 8
-                         ? static_cast<const T*>(a.q0) + b * a.q0_sb + s * a.q0_ss + h * a.q0_sh +
-                               c * 8
-                         : static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss + h * a.q1_sh +
-                               (c - kLatent / 8) * 8;
+      const T* src = c < kLatent / 8 ? static_cast<const T*>(a.q0) + b * a.q0_sb + s * a.q0_ss +
+                                           h * a.q0_sh + c * 8
+                                     : static_cast<const T*>(a.q1) + b * a.q1_sb + s * a.q1_ss +
+                                           h * a.q1_sh + (c - kLatent / 8) * 8;
       v = __ldg(reinterpret_cast<const uint4*>(src));
     }
     *reinterpret_cast<uint4*>(&sm.q[c / 8][r * 128 + (((c % 8) ^ (r % 8)) << 4)]) = v;
@@ -342,7 +342,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_swap_kernel(const __grid_cons
         const float pv = tile::exp2_ftz(s[e] - ms);
         sum += pv;
         const int tok = trow + 8 * i1;
-        *reinterpret_cast<T*>(&sm.p[w][col * 128 + (((tok >> 3) ^ (col & 7)) << 4) + (tok & 7) * 2]) =
+        *reinterpret_cast<T*>(
+            &sm.p[w][col * 128 + (((tok >> 3) ^ (col & 7)) << 4) + (tok & 7) * 2]) =
             static_cast<T>(pv);
       }
       l_run[cc] = l_run[cc] * alpha[cc] + sum;
@@ -416,7 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_swap_kernel(const __grid_cons
       const float f1 = m1 == -INFINITY ? 0.f : tile::exp2_ftz(m1 - m);
       float l = 0.f;
 #pragma unroll
-      for (int ww = 0; ww < 4; ++ww) l += sm.l_fin[0][ww][col] * f_own[cc] + sm.l_fin[1][ww][col] * f1;
+      for (int ww = 0; ww < 4; ++ww)
+        l += sm.l_fin[0][ww][col] * f_own[cc] + sm.l_fin[1][ww][col] * f1;
       inv[cc] = bad ? __int_as_float(0x7fffffff) : (l > 0.f ? 1.f / l : 0.f);
       const float lse2 = bad ? __int_as_float(0x7fffffff) : (l > 0.f ? m + log2f(l) : -INFINITY);
       if (wwarp == 0 && lane < 4 && col < a.rows_total) {
