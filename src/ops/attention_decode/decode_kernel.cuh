@@ -231,6 +231,60 @@ __device__ __forceinline__ int2 page_of(const KernelArgs& a, int b, int pos, int
   return r;
 }
 
+// The tokens [begin, end) of KV split `split` of sequence b in tiles of TILE tokens, and the
+// order the tiles are processed in: the i-th is tile (i + rot) mod ntiles of the range. Every
+// decode kernel uses it, so that every KV head / row block of (b, split), paged and contiguous
+// caches and every kernel see the same tiles in the same order (bit-identical results); the
+// hashed start spreads the concurrent CTAs over the cache instead of walking all sequences in
+// lockstep at the same offset (equal offsets of power-of-two sized sequences collide in the
+// same DRAM channels). `bad`: a length below Sq or above the capacity (no tiles then).
+template <int TILE>
+struct SplitRange {
+  int len_ok, begin, end, ntiles, rot;
+  bool bad;
+  // First token of the i-th processed tile; `end` (nothing valid) for i >= ntiles.
+  __device__ __forceinline__ int start(int i) const {
+    if (i >= ntiles) return end;
+    int t = i + rot;
+    if (t >= ntiles) t -= ntiles;
+    return begin + t * TILE;
+  }
+};
+template <int TILE>
+__device__ __forceinline__ SplitRange<TILE> split_range(const KernelArgs& a, int b, int split) {
+  SplitRange<TILE> r;
+  const int len = a.seqlens[b];
+  r.bad = len < a.sq || static_cast<int64_t>(len) > a.capacity;
+  r.len_ok = r.bad ? 0 : len;
+  const int per_split = (r.len_ok + a.num_splits - 1) / a.num_splits;
+  const int chunk = (per_split + TILE - 1) / TILE * TILE;
+  r.begin = split * chunk;
+  r.end = min(r.begin + chunk, r.len_ok);
+  r.ntiles = r.end > r.begin ? (r.end - r.begin + TILE - 1) / TILE : 0;
+  r.rot = 0;
+  if (r.ntiles > 1)
+    r.rot = static_cast<int>(((static_cast<uint32_t>(b) * 0x9E3779B1u) ^
+                              (static_cast<uint32_t>(split) * 0x85EBCA77u)) >>
+                             8) %
+            r.ntiles;
+  return r;
+}
+
+// Whether a page of the range's tokens is out of range in the block table (thread `tid` of
+// `threads` checks every threads-th page; the caller reduces over the CTA).
+template <int TILE>
+__device__ __forceinline__ bool range_has_bad_page(const KernelArgs& a, int b,
+                                                   const SplitRange<TILE>& r, int tid,
+                                                   int threads) {
+  bool bad = false;
+  if (r.end > r.begin)
+    for (int j = r.begin / a.page_size + tid; j <= (r.end - 1) / a.page_size; j += threads) {
+      const int pg = a.block_table[b * a.bt_stride + j];
+      if (pg < 0 || pg >= a.num_pages) bad = true;
+    }
+  return bad;
+}
+
 template <class T, int DV>
 __device__ __forceinline__ void combine_row_serial(const KernelArgs& a, int64_t row_id, int lane);
 
@@ -298,36 +352,14 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rb = blockIdx.x % a.row_blocks, split = blockIdx.x / a.row_blocks;
   const int kvh = blockIdx.y, b = blockIdx.z;
-  const int len = a.seqlens[b];
-  bool bad = len < a.sq || static_cast<int64_t>(len) > a.capacity;
-  const int len_ok = bad ? 0 : len;
-  const int per_split = (len_ok + a.num_splits - 1) / a.num_splits;
-  const int chunk = (per_split + TILE - 1) / TILE * TILE;
-  const int begin = split * chunk;
-  const int end = min(begin + chunk, len_ok);
-  const int ntiles = end > begin ? (end - begin + TILE - 1) / TILE : 0;
+  const SplitRange<TILE> range = split_range<TILE>(a, b, split);
+  bool bad = range.bad;
+  const int len_ok = range.len_ok, begin = range.begin, end = range.end, ntiles = range.ntiles;
   // TMA for ranges of >= 4 tiles (the stream of a long cache); a range of 1-3 tiles (engine
   // decode: one tile per split) is latency-bound and keeps cp.async. The boxes need the stages
   // 1024-byte aligned (so without static shared memory; cp.async stays correct otherwise).
   const bool use_tma = a.tma != 0 && ntiles >= 4 && (smem_u32(smem) & 1023u) == 0;
-  // Tile order: the i-th tile processed is tile (i + rot) mod ntiles of the range. The same for
-  // every KV head / row block of (b, split) and for paged and contiguous caches (bit-identical
-  // results); a hashed start spreads the concurrent CTAs over the cache instead of walking all
-  // sequences in lockstep at the same offset (equal offsets of power-of-two sized sequences
-  // collide in the same DRAM channels).
-  int rot = 0;
-  if (ntiles > 1)
-    rot = static_cast<int>(((static_cast<uint32_t>(b) * 0x9E3779B1u) ^
-                            (static_cast<uint32_t>(split) * 0x85EBCA77u)) >>
-                           8) %
-          ntiles;
-  // First token of the i-th processed tile; `end` (nothing valid) for i >= ntiles.
-  auto tile_start = [&](int i) {
-    if (i >= ntiles) return end;
-    int t = i + rot;
-    if (t >= ntiles) t -= ntiles;
-    return begin + t * TILE;
-  };
+  auto tile_start = [&](int i) { return range.start(i); };
 
   // ---- Q rows of this CTA into shared memory (zero rows past rows_total) ----
   for (int idx = tid; idx < ROWS * CPR_K; idx += C::THREADS) {

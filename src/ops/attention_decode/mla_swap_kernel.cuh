@@ -65,28 +65,25 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
 
+// One m64n16k16 WGMMA of element type TY ("bf16" / "f16").
+#define TESSEL_WGMMA_N16(TY)                                                                \
+  asm volatile(                                                                             \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                          \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY                               \
+      " {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"                    \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+        "+f"(d[7])                                                                          \
+      : "l"(da), "l"(db), "r"(acc), "n"(TransA))
 // D (64 x 16, f32) (+)= A (64 x 16) · B (16 x 16), both from shared memory; A K-major, or
 // MN-major (TransA). B K-major.
 template <class T, int TransA>
 __device__ __forceinline__ void wgmma_n16(float (&d)[8], uint64_t da, uint64_t db, int acc) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7])
-        : "l"(da), "l"(db), "r"(acc), "n"(TransA));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7])
-        : "l"(da), "l"(db), "r"(acc), "n"(TransA));
-  }
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    TESSEL_WGMMA_N16("bf16");
+  else
+    TESSEL_WGMMA_N16("f16");
 }
+#undef TESSEL_WGMMA_N16
 __device__ __forceinline__ void wg_arrive() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -126,33 +123,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid % 32;
   const int split = blockIdx.x, b = blockIdx.z;
-  const int len = a.seqlens[b];
-  bool bad = len < a.sq || static_cast<int64_t>(len) > a.capacity;
-  const int len_ok = bad ? 0 : len;
-  const int per_split = (len_ok + a.num_splits - 1) / a.num_splits;
-  const int chunk = (per_split + kTile - 1) / kTile * kTile;
-  const int begin = split * chunk;
-  const int end = min(begin + chunk, len_ok);
-  int ntiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
-  // decode_kernel's hashed tile order (spreads the concurrent CTAs over the DRAM channels).
-  int rot = 0;
-  if (ntiles > 1)
-    rot = static_cast<int>(((static_cast<uint32_t>(b) * 0x9E3779B1u) ^
-                            (static_cast<uint32_t>(split) * 0x85EBCA77u)) >>
-                           8) %
-          ntiles;
-  auto tile_start = [&](int i) {
-    int t = i + rot;
-    if (t >= ntiles) t -= ntiles;
-    return begin + t * kTile;
-  };
-  if constexpr (PAGED) {  // every page the range touches must be a valid id
-    if (end > begin)
-      for (int j = begin / a.page_size + tid; j <= (end - 1) / a.page_size; j += kThreads) {
-        const int pg = a.block_table[b * a.bt_stride + j];
-        if (pg < 0 || pg >= a.num_pages) bad = true;
-      }
-  }
+  const SplitRange<kTile> range = split_range<kTile>(a, b, split);  // decode_kernel's tile order
+  bool bad = range.bad;
+  const int len_ok = range.len_ok, begin = range.begin, end = range.end;
+  int ntiles = range.ntiles;
+  auto tile_start = [&](int i) { return range.start(i); };
+  if constexpr (PAGED)  // every page the range touches must be a valid id
+    bad = bad || range_has_bad_page(a, b, range, tid, kThreads);
 
   // ---- Q (rows x 576) into 9 swizzled K-major blocks; rows past rows_total are zero ----
   for (int idx = tid; idx < kRows * (kRow / 8); idx += kThreads) {

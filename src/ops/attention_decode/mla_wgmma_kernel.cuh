@@ -173,35 +173,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x;
   const int rb = blockIdx.x % a.row_blocks, split = blockIdx.x / a.row_blocks, b = blockIdx.z;
-  const int len = a.seqlens[b];
-  bool bad = len < a.sq || static_cast<int64_t>(len) > a.capacity;
-  const int len_ok = bad ? 0 : len;
-  const int per_split = (len_ok + a.num_splits - 1) / a.num_splits;
-  const int chunk = (per_split + kTile - 1) / kTile * kTile;
-  const int begin = split * chunk;
-  const int end = min(begin + chunk, len_ok);
-  int ntiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   // The hashed tile order of decode_kernel (the same for both row blocks of (b, split): they
   // share each tile through L2 while resident together).
-  int rot = 0;
-  if (ntiles > 1)
-    rot = static_cast<int>(((static_cast<uint32_t>(b) * 0x9E3779B1u) ^
-                            (static_cast<uint32_t>(split) * 0x85EBCA77u)) >>
-                           8) %
-          ntiles;
-  auto tile_start = [&](int i) TESSEL_LAMBDA_INLINE {
-    int t = i + rot;
-    if (t >= ntiles) t -= ntiles;
-    return begin + t * kTile;
-  };
+  const SplitRange<kTile> range = split_range<kTile>(a, b, split);
+  bool bad = range.bad;
+  const int len_ok = range.len_ok, begin = range.begin, end = range.end;
+  int ntiles = range.ntiles;
+  auto tile_start = [&](int i) TESSEL_LAMBDA_INLINE { return range.start(i); };
 
-  if constexpr (PAGED) {  // every page the range touches must be a valid id
-    if (end > begin)
-      for (int j = begin / a.page_size + tid; j <= (end - 1) / a.page_size; j += kThreads) {
-        const int pg = a.block_table[b * a.bt_stride + j];
-        if (pg < 0 || pg >= a.num_pages) bad = true;
-      }
-  }
+  if constexpr (PAGED)  // every page the range touches must be a valid id
+    bad = bad || range_has_bad_page(a, b, range, tid, kThreads);
 
   const int w = warpgroup_index(), wtid = tid % kWarpgroupThreads;
   const int lane = tid % 32, warp = warp_in_warpgroup();
