@@ -97,9 +97,6 @@ struct NormArgs {
   int64_t hw = 1;  // group norm: elements per channel
   int cpg = 1;     // group norm: channels per group
   int groups = 1;  // group norm: groups
-  // Staged forward (norm_fwd_staged_kernel): each CTA also prefetches into L2 its slice of row
-  // + prefetch_rows, the row that will run on its SM next (0: off).
-  int64_t prefetch_rows = 0;
 };
 
 // ---- reductions --------------------------------------------------------------------------

@@ -20,9 +20,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "ops/bulk_copy.cuh"
 #include "ops/norm/norm_kernels.cuh"
@@ -325,13 +322,6 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
       mbar_arrive_expect_tx(&bar[p], bytes);
       bulk_copy_g2s(const_cast<T*>(slice) + v0 * VEC, xr + v0 * VEC, bytes, &bar[p]);
     }
-    // The slice of the row that will take this SM next, into L2 while this row is reduced and
-    // written: its copies then start from L2 (NormArgs::prefetch_rows).
-    if (a.prefetch_rows > 0 && row + a.prefetch_rows < a.rows && nv > 0)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(xr + a.prefetch_rows *
-                                                                              a.x_pitch),
-                   "r"(static_cast<uint32_t>(nv) * 16u)
-                   : "memory");
   }
   // First pass, as pieces land: Σx (LayerNorm) or Σx² (RMS).
   float s1 = 0.f;
@@ -486,33 +476,8 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
     cudaGetLastError();
     return false;
   }
-  // One resident wave of rows ahead (clusters that fit at once); TESSEL_NORM_FWD_PREFETCH=0
-  // turns the L2 prefetch off (A/B).
-  static const bool prefetch_allowed = [] {
-    const char* e = std::getenv("TESSEL_NORM_FWD_PREFETCH");
-    return !(e && e[0] == '0');
-  }();
-  NormArgs args = a;
-  if (prefetch_allowed) {
-    // The occupancy query once per (slice bytes, cluster size) of this instantiation.
-    static std::mutex mu;
-    static std::map<std::pair<int64_t, int64_t>, int64_t> resident_of;
-    int64_t resident;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = resident_of.find({smem, csize});
-      if (it == resident_of.end())
-        it = resident_of
-                 .emplace(std::make_pair(smem, csize),
-                          max_active_clusters(kernel, kFwdBlock, static_cast<size_t>(smem),
-                                              static_cast<int>(csize)))
-                 .first;
-      resident = it->second;
-    }
-    args.prefetch_rows = resident > 0 && resident < a.rows ? resident : 0;
-  }
   if (detail::launch_cluster(kernel, dim3(static_cast<unsigned>(a.rows * csize)), dim3(kFwdBlock),
-                             static_cast<size_t>(smem), static_cast<int>(csize), stream, args,
+                             static_cast<size_t>(smem), static_cast<int>(csize), stream, a,
                              static_cast<int>(chunk)) != cudaSuccess) {
     cudaGetLastError();
     return false;
