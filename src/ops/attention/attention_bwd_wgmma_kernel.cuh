@@ -134,6 +134,8 @@ constexpr int kDsReadyBarrier = 6;  // + 2 w + parity
 constexpr int kDqHalfFullBarrier = 10;   // + w
 constexpr int kDqHalfEmptyBarrier = 12;  // + w
 constexpr int kDqHalfThreads = kWarpgroupThreads + 32;
+// LagDq: warpgroup w's turn to issue its S / dP WGMMAs (synced by w, arrived by the other).
+constexpr int kTurnBarrier = 14;  // + w
 __device__ __forceinline__ void bar_sync_n(int id, int n) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
@@ -513,14 +515,19 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       bar_arrive_n(kDqHalfFullBarrier + wgc, kDqHalfThreads);
     };
-    if constexpr (Cfg::LagDq)  // "dS of step -1": the other warpgroup's first sync
+    if constexpr (Cfg::LagDq) {  // "dS of step -1": the other warpgroup's first sync
       bar_arrive_n(kDsReadyBarrier + 2 * wgc + 1, 2 * kWarpgroupThreads);
+      if (wgc == 1) bar_arrive_n(kTurnBarrier, 2 * kWarpgroupThreads);  // warpgroup 0 first
+    }
     for (int it = 0; it < iters; ++it) {
       const int m = m_lo + it % nm;
       const int i0 = m * Br;
       const int par = it % 2;
       pipe.consumer_wait(st);
       const int s = st.index();
+      // LagDq: the warpgroups take turns issuing S / dP (0, 1, 0, ...), so one's P / dS phase
+      // runs under the other's S / dP WGMMAs.
+      if constexpr (Cfg::LagDq) bar_sync_n(kTurnBarrier + wgc, 2 * kWarpgroupThreads);
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
       warpgroup_arrive();
@@ -536,6 +543,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
+      if constexpr (Cfg::LagDq) bar_arrive_n(kTurnBarrier + 1 - wgc, 2 * kWarpgroupThreads);
       warpgroup_commit_batch();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
@@ -701,6 +709,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
     }
     if constexpr (Cfg::LagDq) {  // dQ of the last step, once the other warpgroup's dS is in
+      // Warpgroup 1's turn arrivals outnumber warpgroup 0's syncs by one: take it.
+      if (wgc == 0) bar_sync_n(kTurnBarrier, 2 * kWarpgroupThreads);
       bar_sync_n(kDsReadyBarrier + 2 * (1 - wgc) + (iters + 1) % 2, 2 * kWarpgroupThreads);
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
       warpgroup_fence_operand(tdQrdQ);
