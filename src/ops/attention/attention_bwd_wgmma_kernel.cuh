@@ -68,13 +68,8 @@ struct BwdConfig {
   using SmemKt = SmemLayout<T, Major::MN, D, Bc, 1>;       // the same bytes: B of dQ = dS K
   using SmemQ = SmemLayout<T, Major::K, Br, D, Stages>;    // Q, dO: B of S^T / dP^T
   using SmemQt = SmemLayout<T, Major::MN, D, Br, Stages>;  // the same bytes: B of dK / dV
-  // D = 128: dQ of step i - 1 is computed in step i (LagDq), so the two consumer warpgroups
-  // need each other's dS one step late and may run half a step apart (one's P / dS phase under
-  // the other's WGMMAs); dS then takes 3 buffers. D = 64 joins them every step (2 buffers).
-  static constexpr bool LagDq = D == 128;
-  static constexpr int DsBufs = LagDq ? 3 : 2;
-  using SmemDS = SmemLayout<T, Major::MN, Br, Bc, DsBufs>;  // dS (query-contiguous), A of dQ
-  using SmemDSt = SmemLayout<T, Major::K, Bc, Br, DsBufs>;  // the same bytes as dS^T (stmatrix)
+  using SmemDS = SmemLayout<T, Major::MN, Br, Bc, 2>;      // dS (query-contiguous), A of dQ
+  using SmemDSt = SmemLayout<T, Major::K, Bc, Br, 2>;      // the same bytes as dS^T (stmatrix)
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
                                        cute::Shape<cute::_64, cute::Int<Br>, cute::Int<D>>,
@@ -125,23 +120,6 @@ constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup (the first step's rows
 // the consumer warpgroups that compute dQ + the writer warp.
 constexpr int kDqFullBarrier = 4;
 constexpr int kDqEmptyBarrier = 5;
-// LagDq (D = 128): warpgroup w's dS of step i is in shared memory and its dQ of step i - 1 has
-// read the buffers: arrived by w, synced by the other warpgroup (256 threads), one barrier per
-// step parity; each warpgroup syncs before it arrives in a step, so arrivals and syncs of one
-// barrier alternate.
-constexpr int kDsReadyBarrier = 6;  // + 2 w + parity
-// LagDq: warpgroup w's half of the dQ tile is written / has been read (its writer warp).
-constexpr int kDqHalfFullBarrier = 10;   // + w
-constexpr int kDqHalfEmptyBarrier = 12;  // + w
-constexpr int kDqHalfThreads = kWarpgroupThreads + 32;
-// LagDq: warpgroup w's turn to issue its S / dP WGMMAs (synced by w, arrived by the other).
-constexpr int kTurnBarrier = 14;  // + w
-__device__ __forceinline__ void bar_sync_n(int id, int n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_arrive_n(int id, int n) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
@@ -374,26 +352,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     if (pwarp == 0 && elect_one() && iters > 0) {
       produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
                          pipe, sK, sV, sQ, sdO);
-    } else if (Cfg::LagDq && pwarp >= 1 && pwarp <= 2 && iters > 0) {
-      // dQ writers of the two column halves (warp 1: columns 0 .. D/2 - 1 of warpgroup 0,
-      // warp 2: the rest), each on its own barriers: a half never waits for the other.
-      const int lane = threadIdx.x % 32, w = pwarp - 1;
-      constexpr int kHalf = D / 2;
-      for (int it = 0; it < iters; ++it) {
-        const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
-        float* dq_rows =
-            a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D + w * kHalf;
-        const int rows = min(Br, kb.sq - i0);
-        bar_sync_n(kDqHalfFullBarrier + w, kDqHalfThreads);
-        for (int r = lane; r < rows; r += 32)
-          bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D,
-                              smem.dq + r * Cfg::DqPitch + w * kHalf, kHalf * sizeof(float));
-        bulk_commit();
-        bulk_wait_read();
-        __syncwarp();
-        if (it + 1 < iters) bar_arrive_n(kDqHalfEmptyBarrier + w, kDqHalfThreads);
-      }
-    } else if (!Cfg::LagDq && pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
+    } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
       // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart).
       const int lane = threadIdx.x % 32;
       constexpr int kRowsPerWriter = (Br + Cfg::DqWriters - 1) / Cfg::DqWriters;
@@ -501,33 +460,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     store_rows(0, lse_raw, delta_raw);
     load_rows(1, lse_raw, delta_raw);
     warpgroup_barrier(kRowsBarrier0 + wgc);
-    // LagDq: this warpgroup's half of the dQ tile of step `step` into shared memory, for its
-    // writer warp (after that warp has read the previous one).
-    auto store_dq_half = [&](auto& tdQrdQ, int step) {
-      Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
-      if (step > 0) bar_sync_n(kDqHalfEmptyBarrier + wgc, kDqHalfThreads);
-      CUTE_UNROLL
-      for (int e = 0; e < size(tdQrdQ); e += 2) {
-        const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
-        *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
-            make_float2(tdQrdQ(e), tdQrdQ(e + 1));
-      }
-      cutlass::arch::fence_view_async_shared();  // visible to the copy engine
-      bar_arrive_n(kDqHalfFullBarrier + wgc, kDqHalfThreads);
-    };
-    if constexpr (Cfg::LagDq) {  // "dS of step -1": the other warpgroup's first sync
-      bar_arrive_n(kDsReadyBarrier + 2 * wgc + 1, 2 * kWarpgroupThreads);
-      if (wgc == 1) bar_arrive_n(kTurnBarrier, 2 * kWarpgroupThreads);  // warpgroup 0 first
-    }
     for (int it = 0; it < iters; ++it) {
       const int m = m_lo + it % nm;
       const int i0 = m * Br;
       const int par = it % 2;
       pipe.consumer_wait(st);
       const int s = st.index();
-      // LagDq: the warpgroups take turns issuing S / dP (0, 1, 0, ...), so one's P / dS phase
-      // runs under the other's S / dP WGMMAs.
-      if constexpr (Cfg::LagDq) bar_sync_n(kTurnBarrier + wgc, 2 * kWarpgroupThreads);
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
       warpgroup_arrive();
@@ -543,7 +481,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
-      if constexpr (Cfg::LagDq) bar_arrive_n(kTurnBarrier + 1 - wgc, 2 * kWarpgroupThreads);
       warpgroup_commit_batch();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
@@ -616,7 +553,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         // + 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1} (the accumulator's
         // layout) that is a per-thread base, a constant and one XOR. (cute's sdS(q, key) kept
         // 16 generic 64-bit addresses live across the loop: ST.E stores and spills.)
-        char* const ds_row = ds_bytes + (Cfg::LagDq ? it % 3 : par) * (Br * Bc * int(sizeof(T)));
+        char* const ds_row = ds_bytes + par * (Br * Bc * int(sizeof(T)));
         CUTE_UNROLL
         for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
         for (int i1 = 0; i1 < 2; ++i1) {
@@ -644,33 +581,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       store_rows(par ^ 1, lse_raw, delta_raw);  // the next step's rows (see load_rows)
       load_rows(it + 2, lse_raw, delta_raw);
       cutlass::arch::fence_view_async_shared();
-      if constexpr (Cfg::LagDq) {
-        // The other warpgroup's dS of step it - 1 (step -1: the arrival before the loop); this
-        // barrier also orders the rows stored above before the next step reads them.
-        bar_sync_n(kDsReadyBarrier + 2 * (1 - wgc) + (it + 1) % 2, 2 * kWarpgroupThreads);
-        // dQ of step it - 1 (this warpgroup's D / 2 columns over all Bc keys). Step 0 computes
-        // one from an unused buffer and drops it: no branch between the WGMMAs and their wait.
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
-        warpgroup_fence_operand(tdQrdQ);
-        warpgroup_arrive();
-        mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tdQrdS); ++k) {
-          cute::gemm(mma_dq, tdQrdS(_, _, k, (it + 2) % 3), tdQrK(_, _, k, 0), tdQrdQ);
-          mma_dq.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdKrdK);
-        warpgroup_fence_operand(tdQrdQ);
-        pipe.consumer_release(st);
-        ++st;
-        // This step's dS is stored and the buffers of dQ(it - 1) are read.
-        bar_arrive_n(kDsReadyBarrier + 2 * wgc + it % 2, 2 * kWarpgroupThreads);
-        if (it > 0) store_dq_half(tdQrdQ, it - 1);
-        continue;
-      }
       named_barrier_sync(kDsBarrier);
       if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
         warpgroup_wait<0>();
@@ -707,24 +617,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       }
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
-    }
-    if constexpr (Cfg::LagDq) {  // dQ of the last step, once the other warpgroup's dS is in
-      // Warpgroup 1's turn arrivals outnumber warpgroup 0's syncs by one: take it.
-      if (wgc == 0) bar_sync_n(kTurnBarrier, 2 * kWarpgroupThreads);
-      bar_sync_n(kDsReadyBarrier + 2 * (1 - wgc) + (iters + 1) % 2, 2 * kWarpgroupThreads);
-      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
-      warpgroup_fence_operand(tdQrdQ);
-      warpgroup_arrive();
-      mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(tdQrdS); ++k) {
-        cute::gemm(mma_dq, tdQrdS(_, _, k, (iters + 2) % 3), tdQrK(_, _, k, 0), tdQrdQ);
-        mma_dq.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tdQrdQ);
-      store_dq_half(tdQrdQ, iters - 1);
     }
   }
 
