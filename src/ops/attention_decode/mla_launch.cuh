@@ -37,23 +37,31 @@ inline uint64_t cache_hint() {
   return h;
 }
 
-// Host: descriptor, splits (launch_decode's heuristic with one CTA per SM), launch, and the
-// combine launch when the splits are not merged in the kernel.
-// Tiles (64 tokens) of the longest split mla_swap_kernel would run for this call (the splits
-// as launch<..., true> picks them). With 1-2 tiles per CTA its prologue, pipeline fill and
-// two-warpgroup merge cost more than decode_kernel's short cp.async path: one H200
+// The tokens the splits are sized for (the caller's max_seqlen, else the capacity), and the
+// splits of `base` CTAs (sequences x row blocks): requested, or launch_decode's heuristic with
+// one CTA per SM.
+inline int64_t plan_tokens(const KernelArgs& a) {
+  return a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity;
+}
+inline int latent_splits(int64_t base, int64_t plan, int64_t requested_splits) {
+  return requested_splits > 0 ? static_cast<int>(requested_splits)
+                              : choose_splits(base, plan, kTile, detail::current_sm_count());
+}
+
+// Tiles (64 tokens) of the longest split mla_swap_kernel would run for this call (its one row
+// block per sequence). With 1-2 tiles per CTA its prologue, pipeline fill and two-warpgroup
+// merge cost more than decode_kernel's short cp.async path: one H200
 // (bench/dev/mla_batch_probe.cu, session 29) measured B = 1 x 8192 tokens (2 tiles per split)
 // 0.91x and B = 16 x 1024 (2 tiles) 0.87x decode_kernel, but 1.05-1.32x from 3-4 tiles on.
 inline int64_t swap_tiles_per_split(const KernelArgs& a, int64_t requested_splits) {
-  const int64_t plan = a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity;
-  const int64_t splits = requested_splits > 0
-                             ? requested_splits
-                             : choose_splits(a.batch, plan, kTile, detail::current_sm_count());
+  const int64_t plan = plan_tokens(a);
+  const int64_t splits = latent_splits(a.batch, plan, requested_splits);
   return ((plan + splits - 1) / splits + kTile - 1) / kTile;
 }
 
-// SWAP: blocks of <= 16 rows on mla_swap_kernel (mla_swap_kernel.cuh); otherwise blocks of 64
-// rows on mla_wgmma_kernel.
+// Host: descriptor, splits, launch, and the combine launch when the splits are not merged in
+// the kernel. SWAP: blocks of <= 16 rows on mla_swap_kernel (mla_swap_kernel.cuh); otherwise
+// blocks of 64 rows on mla_wgmma_kernel.
 template <class T, bool PAGED, bool SWAP>
 void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_stride,
             const CacheGeometry& g, int64_t requested_splits, cudaStream_t stream, const char* op) {
@@ -106,10 +114,9 @@ void launch(KernelArgs a, const void* cache, int64_t tok_stride, int64_t unit_st
 
   a.row_blocks = (a.rows_total + kBlockRows - 1) / kBlockRows;
   const int64_t base = static_cast<int64_t>(a.batch) * a.row_blocks;
-  const int64_t plan = a.plan_len > 0 ? std::min(a.plan_len, a.capacity) : a.capacity;
+  const int64_t plan = plan_tokens(a);
   const int sms = detail::current_sm_count();
-  const int splits = requested_splits > 0 ? static_cast<int>(requested_splits)
-                                          : choose_splits(base, plan, kTile, sms);
+  const int splits = latent_splits(base, plan, requested_splits);
   a.num_splits = splits;
   const int64_t rows_global = static_cast<int64_t>(a.batch) * a.sq * a.hq;
   a.part_o = nullptr;

@@ -84,26 +84,11 @@ __device__ __forceinline__ void wgmma_n16(float (&d)[8], uint64_t da, uint64_t d
     TESSEL_WGMMA_N16("f16");
 }
 #undef TESSEL_WGMMA_N16
-__device__ __forceinline__ void wg_arrive() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
 // Accumulator registers pinned in place around the asynchronous WGMMAs.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-__device__ __forceinline__ void named_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // Named barriers (0 is __syncthreads): 1 + w warpgroup w's own, 3 both consumer warpgroups.
@@ -152,8 +137,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cutlass::arch::fence_barrier_init();
   }
-  fence_async_shared();         // Q's generic stores -> visible to WGMMA
-  bad = __syncthreads_or(bad);  // also: barrier init and Q visible to every thread
+  cutlass::arch::fence_view_async_shared();  // Q's generic stores -> visible to WGMMA
+  bad = __syncthreads_or(bad);               // also: barrier init and Q visible to every thread
   if (bad) ntiles = 0;
 
   const int warp = tid / 32;
@@ -251,22 +236,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int sl = static_cast<int>((c0 + c / 8) % kSlots);
         *reinterpret_cast<uint4*>(&sm.ring[sl][r * 128 + (c % 8) * 16]) = make_uint4(0, 0, 0, 0);
       }
-      fence_async_shared();
-      named_sync(kBarWg + w, 128);
+      cutlass::arch::fence_view_async_shared();
+      bar_sync(kBarWg + w, 128);
     }
 
     // Sᵀ = K·Qᵀ over the 576 dims
     float s[8];
     fence_regs(s);
-    wg_arrive();
+    cute::warpgroup_arrive();
 #pragma unroll
     for (int kb = 0; kb < kBlocks; ++kb) {
       const uint64_t da = chunk_desc(slot[kb]), db = dq + (kb * kRows * 128 >> 4);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) wgmma_n16<T, 0>(s, da + 2 * ks, db + 2 * ks, kb | ks);
     }
-    wg_commit();
-    wg_wait0();
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
     fence_regs(s);
     if (lane == 0) Barrier::arrive(&sm.empty[slot[kBlocks - 1]]);  // the rope chunk is done
 
@@ -292,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[cc] = fmaxf(mx[cc], __shfl_xor_sync(0xffffffffu, mx[cc], 16));
       if (lane < 4) sm.red[w][par][wwarp][col_of(cc)] = mx[cc];
     }
-    named_sync(kBarWg + w, 128);
+    bar_sync(kBarWg + w, 128);
     float alpha[4];
     bool moved = false;
 #pragma unroll
@@ -331,21 +316,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 8; ++e) o[mb][e] *= alpha[(e / 4) * 2 + (e % 2)];
     }
-    fence_async_shared();
-    named_sync(kBarWg + w, 128);
+    cutlass::arch::fence_view_async_shared();
+    bar_sync(kBarWg + w, 128);
 
     // Oᵀ += Vᵀ·Pᵀ over the tile's 64 tokens
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb) fence_regs(o[mb]);
-    wg_arrive();
+    cute::warpgroup_arrive();
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb) {
       const uint64_t da = chunk_desc(slot[mb]);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) wgmma_n16<T, 1>(o[mb], da + 128 * ks, dp + 2 * ks, 1);
     }
-    wg_commit();
-    wg_wait0();
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb) fence_regs(o[mb]);
     if (lane == 0)
@@ -365,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (wwarp == 0) sm.m_fin[w][col_of(cc)] = m_run[cc];
     }
   }
-  named_sync(kBarConsumers, kConsumerThreads);  // also: every ring read and write is done
+  bar_sync(kBarConsumers, kConsumerThreads);  // also: every ring read and write is done
   float f_own[4];
 #pragma unroll
   for (int cc = 0; cc < 4; ++cc) {
@@ -382,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 8; ++e)
         stage[(mb * 8 + e) * 128 + wtid] = o[mb][e] * f_own[(e / 4) * 2 + (e % 2)];
   }
-  named_sync(kBarConsumers, kConsumerThreads);
+  bar_sync(kBarConsumers, kConsumerThreads);
   float* out_stage = stage + 64 * 128;  // (rows, kOPitch) f32: normalized O
   const int rows_global = a.batch * a.sq * a.hq;
   if (w == 0) {
@@ -418,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         out_stage[col_of(cc) * kOPitch + mb * 64 + trow + 8 * ((e / 2) % 2)] = v * inv[cc];
       }
   }
-  named_sync(kBarConsumers, kConsumerThreads);
+  bar_sync(kBarConsumers, kConsumerThreads);
   // Rows of 512 values, 8 per thread and step.
   for (int idx = tid; idx < a.rows_total * (kLatent / 8); idx += kConsumerThreads) {
     const int r = idx / (kLatent / 8), c8 = (idx % (kLatent / 8)) * 8;
@@ -444,14 +429,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (a.part_o == nullptr || a.tickets == nullptr) return;
   // The last of the num_splits CTAs of sequence b merges the partials (as decode_kernel).
   __threadfence();
-  named_sync(kBarConsumers, kConsumerThreads);
+  bar_sync(kBarConsumers, kConsumerThreads);
   if (tid == 0) {
     unsigned* t = a.tickets + b;
     const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
     if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
     sm.last = last;
   }
-  named_sync(kBarConsumers, kConsumerThreads);
+  bar_sync(kBarConsumers, kConsumerThreads);
   if (!sm.last) return;
   __threadfence();
   for (int row = warp; row < a.rows_total; row += kConsumerThreads / 32) {
