@@ -709,7 +709,6 @@ TEST_F(MlaPagedGpu, BadPageOnlyItsRowsNaN) {
             std::none_of(o.begin(), o.begin() + row, [](double x) { return std::isnan(x); }));
         EXPECT_TRUE(std::all_of(o.begin() + row, o.end(), [](double x) { return std::isnan(x); }));
       }
-  detail::set_mla_swap(1);
 }
 
 class MlaAppendGpu : public test::GpuTest {};

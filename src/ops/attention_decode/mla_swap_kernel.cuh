@@ -32,10 +32,10 @@
 
 namespace tessel::decode::mla::swap {
 
-constexpr int kRow = 576, kLatent = 512;
+// mla::kRow, kLatent, kTile (64 tokens: WGMMA's M for Sᵀ) as for mla_wgmma_kernel; kRows and
+// kThreads are this kernel's own.
 constexpr int kRows = 16;                 // query rows per CTA: WGMMA's N
-constexpr int kTile = 64;                 // tokens per tile: WGMMA's M for Sᵀ
-constexpr int kBlocks = kRow / 64;        // 64-dim chunks per tile (8 latent + 1 rope)
+constexpr int kBlocks = kDimBlocks;       // 64-dim chunks per tile (8 latent + 1 rope)
 constexpr int kChunkBytes = kTile * 128;  // 8 KB: 64 tokens x 64 dims
 constexpr int kSlots = 25;                // 200 KB of ring: ~2.8 tiles
 constexpr int kConsumers = 2;
