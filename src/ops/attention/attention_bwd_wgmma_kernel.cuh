@@ -475,7 +475,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
-      warpgroup_commit_batch();  // S^T and dP^T in separate groups: P is formed under dP
       mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tSrV); ++k) {
@@ -483,6 +482,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
 
       // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
       const bool need_mask = j0 + Bc > kb.skv ||
@@ -492,68 +494,43 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       const float* dls = smem.delta[wgc][par];  // scale * delta (see the row loads above)
       // Straight-line code per (soft-cap, mask) case: a per-element branch on either (as the
       // single loop compiled) made ~3x the instructions of the common, unmasked path.
-      // Without a soft-cap, P^T is formed while the dP^T WGMMA still runs (FlashAttention-3's
-      // order) and dS^T once it is done; the soft-cap case forms both after it (its 1 - tanh^2
-      // would need 32 more live registers across the wait).
-      auto visible = [&](int il, int jl) {
-        const int i = i0 + il, j = j0 + jl;
-        bool vis = j < kb.skv;
-        if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
-        if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
-        return vis;
-      };
-      auto probs = [&](auto masked_c) {
-        constexpr bool kMasked = decltype(masked_c)::value;
+      auto probs_and_ds = [&](auto capped_c, auto masked_c) {
+        constexpr bool kCapped = decltype(capped_c)::value, kMasked = decltype(masked_c)::value;
         CUTE_UNROLL
         for (int e = 0; e < size(tSrS); ++e) {
           const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-          float p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
+          float p;
+          // dS = P (dP - delta) s' = P (scale dP - scale delta) (s' / scale)
+          float ds = fmaf(tSrdP(e), a.scale, -dls[il]);
+          if constexpr (kCapped) {
+            const float th = tanhf(tSrS(e) * cap_in);
+            p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
+            ds *= 1.f - th * th;
+          } else {
+            p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
+          }
           if constexpr (kMasked) {
-            if (!visible(il, jl)) p = 0.f;
+            const int i = i0 + il, j = j0 + jl;
+            bool vis = j < kb.skv;
+            if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
+            if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
+            if (!vis) p = 0.f;
           }
           tSrS(e) = p;
-        }
-      };
-      // dS = P (dP - delta) s' = P (scale dP - scale delta) (s' / scale)
-      auto grads = [&] {
-        CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); ++e)
-          tSrdP(e) = tSrS(e) * fmaf(tSrdP(e), a.scale, -dls[get<1>(tScS(e))]);
-      };
-      auto capped_probs_and_ds = [&](auto masked_c) {
-        constexpr bool kMasked = decltype(masked_c)::value;
-        CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); ++e) {
-          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-          const float th = tanhf(tSrS(e) * cap_in);
-          float p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
-          if constexpr (kMasked) {
-            if (!visible(il, jl)) p = 0.f;
-          }
-          tSrS(e) = p;
-          tSrdP(e) = p * fmaf(tSrdP(e), a.scale, -dls[il]) * (1.f - th * th);
+          tSrdP(e) = p * ds;
         }
       };
       using False = cute::false_type;
       using True = cute::true_type;
       if (capped) {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
         if (need_mask)
-          capped_probs_and_ds(True{});
+          probs_and_ds(True{}, True{});
         else
-          capped_probs_and_ds(False{});
+          probs_and_ds(True{}, False{});
+      } else if (need_mask) {
+        probs_and_ds(False{}, True{});
       } else {
-        warpgroup_wait<1>();
-        warpgroup_fence_operand(tSrS);
-        if (need_mask)
-          probs(True{});
-        else
-          probs(False{});
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrdP);
-        grads();
+        probs_and_ds(False{}, False{});
       }
       // Round to T as the A operands, and dS^T into shared memory (query pairs: 4 bytes).
       CUTE_UNROLL
@@ -594,14 +571,10 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       CUTE_UNROLL
       for (int k = 0; k < Br / 16; ++k)
         cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
       warpgroup_commit_batch();
-      // dK after dQ: dQ's result is then stored to shared memory while dK runs.
-      auto issue_dk = [&] {
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
-        warpgroup_commit_batch();
-      };
 
       // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
       // visible to the WGMMA's async proxy first).
@@ -610,7 +583,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       cutlass::arch::fence_view_async_shared();
       named_barrier_sync(kDsBarrier);
       if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
-        issue_dk();
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
@@ -628,10 +600,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_dq.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      issue_dk();
-      warpgroup_wait<1>();  // dV and dQ done; dK runs on under the dQ tile's store
+      warpgroup_wait<0>();
       warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdQrdQ);
+      pipe.consumer_release(st);
+      ++st;
 
       Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
       if (it > 0) dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);  // tile it-1 read
@@ -643,10 +617,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       }
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tdKrdK);
-      pipe.consumer_release(st);
-      ++st;
     }
   }
 
