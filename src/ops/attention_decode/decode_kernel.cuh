@@ -288,6 +288,30 @@ __device__ __forceinline__ bool range_has_bad_page(const KernelArgs& a, int b,
 template <class T, int DV>
 __device__ __forceinline__ void combine_row_serial(const KernelArgs& a, int64_t row_id, int lane);
 
+// True in the last of the num_splits CTAs that share a ticket (a threadfence reduction: each
+// releases its partials and takes a ticket; the last one resets the ticket for the next call,
+// or graph replay, and acquires the others' partials). `sync` joins the CTA's threads that
+// wrote partials (__syncthreads, or a named barrier of the consumer warps); `flag` is the shared
+// word the leader thread publishes through; `ticket()` gives the ticket's address, computed by
+// the leader only (an address formed before the fence stayed live across it: +16 bytes of
+// spill in the D = 64 decode kernel).
+template <class Flag, class Sync, class Ticket>
+__device__ __forceinline__ bool last_split_arrives(int num_splits, bool leader, Flag* flag,
+                                                   Sync sync, Ticket ticket) {
+  __threadfence();
+  sync();
+  if (leader) {
+    unsigned* t = ticket();
+    const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(num_splits - 1);
+    if (last) *t = 0u;
+    *flag = last;
+  }
+  sync();
+  if (!*flag) return false;
+  __threadfence();
+  return true;
+}
+
 // 16-byte chunk c of a head row (`head`: its first element) of call row `row` (b·Sq + s), rotated
 // by a.rope_cos / a.rope_sin where it holds rotary dims (the fused RoPE, see KernelArgs).
 template <class T>
@@ -827,19 +851,11 @@ __global__ void __launch_bounds__(C::THREADS) decode_kernel(const __grid_constan
       }
     }
   if (a.part_o == nullptr || a.tickets == nullptr) return;
-  // The last of the num_splits CTAs of (b, kvh, rb) merges their partials (threadfence
-  // reduction: release the partials, take a ticket; the last one acquires and reads them).
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    unsigned* t = a.tickets + (static_cast<int64_t>(b) * a.hkv + kvh) * a.row_blocks + rb;
-    const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
-    if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
-    *s_last = last;
-  }
-  __syncthreads();
-  if (!*s_last) return;
-  __threadfence();
+  // The last of the num_splits CTAs of (b, kvh, rb) merges their partials.
+  if (!last_split_arrives(
+          a.num_splits, tid == 0, s_last, [] { __syncthreads(); },
+          [&] { return a.tickets + (static_cast<int64_t>(b) * a.hkv + kvh) * a.row_blocks + rb; }))
+    return;
   for (int row = warp; row < ROWS; row += NW) {
     const int grow = rb * ROWS + row;
     if (grow >= a.rows_total) break;

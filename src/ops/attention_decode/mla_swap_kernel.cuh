@@ -427,18 +427,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if (a.part_o == nullptr || a.tickets == nullptr) return;
-  // The last of the num_splits CTAs of sequence b merges the partials (as decode_kernel).
-  __threadfence();
-  bar_sync(kBarConsumers, kConsumerThreads);
-  if (tid == 0) {
-    unsigned* t = a.tickets + b;
-    const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
-    if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
-    sm.last = last;
-  }
-  bar_sync(kBarConsumers, kConsumerThreads);
-  if (!sm.last) return;
-  __threadfence();
+  // The last of the num_splits CTAs of sequence b merges the partials.
+  if (!last_split_arrives(
+          a.num_splits, tid == 0, &sm.last, [] { bar_sync(kBarConsumers, kConsumerThreads); },
+          [&] { return a.tickets + b; }))
+    return;
   for (int row = warp; row < a.rows_total; row += kConsumerThreads / 32) {
     const int srow = row / a.group, h = row - srow * a.group;
     combine_row_serial<T, kLatent>(a, (static_cast<int64_t>(b) * a.sq + srow) * a.hq + h, lane);

@@ -690,18 +690,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if (a.part_o == nullptr || a.tickets == nullptr) return;
-  // The last of the num_splits CTAs of (b, row block) merges the partials (as decode_kernel).
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    unsigned* t = a.tickets + static_cast<int64_t>(b) * a.row_blocks + rb;
-    const bool last = atomicAdd(t, 1u) == static_cast<unsigned>(a.num_splits - 1);
-    if (last) *t = 0u;  // ready for the next call (and the next replay of a graph)
-    smem.last = last;
-  }
-  __syncthreads();
-  if (!smem.last) return;
-  __threadfence();
+  // The last of the num_splits CTAs of (b, row block) merges the partials.
+  if (!last_split_arrives(
+          a.num_splits, tid == 0, &smem.last, [] { __syncthreads(); },
+          [&] { return a.tickets + static_cast<int64_t>(b) * a.row_blocks + rb; }))
+    return;
   for (int row = tid / 32; row < kRows; row += kThreads / 32) {
     const int grow = rb * kRows + row;
     if (grow >= a.rows_total) break;
