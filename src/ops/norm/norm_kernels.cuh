@@ -358,7 +358,12 @@ constexpr int fwd_frags_min_blocks() {
   // RMS holds x and w (32 registers of fragments): 64 registers per thread, 1024 threads per
   // SM; LayerNorm holds x only (kFwdStreamWB). RMS+residual holds one tensor more: up to 85
   // registers, 768 threads.
-  const int threads = M == Mode::rms || kFwdStreamWB<M> ? 1024 : 768;
+  // LayerNorm: 1280 threads (48 registers, no spill). Its rows take ~10 instructions per
+  // element against RMSNorm's ~6 (the shifted statistics, the mean, w and b unpacked at the
+  // store), so each row holds its CTA longer and 1024 threads kept too few rows' loads in
+  // flight on the H200: 16384 x 4096 bf16 0.85-0.87 of copy -> 0.90 (docs/norms.md, session 30;
+  // 1536 threads, 40 registers, read 0.87-0.90).
+  const int threads = M == Mode::rms ? 1024 : kFwdStreamWB<M> ? 1280 : 768;
   return threads / RC::BLOCK > 0 ? threads / RC::BLOCK : 1;
 }
 
