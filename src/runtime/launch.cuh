@@ -15,8 +15,8 @@
 namespace tessel::detail {
 
 template <class... Params, class... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t stream, Args&&... args) {
+cudaError_t launch_programmatic(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -26,8 +26,26 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = dependent_launch() ? 1 : 0;
+  cfg.numAttrs = dependent ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+  return launch_programmatic(dependent_launch(), kernel, grid, block, smem, stream,
+                             std::forward<Args>(args)...);
+}
+
+// An op's follow-up kernel (e.g. the sum of the partials its first kernel wrote): always a
+// programmatic dependent launch, whatever the caller's policy, so that its CTAs are launched
+// while the first kernel drains. Only for kernels that execute tile::wait_prior_grid() before
+// any memory access: that wait covers everything before them on the stream (the first kernel
+// completes only after its own wait, if it had one).
+template <class... Params, class... Args>
+cudaError_t launch_follow_up(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+  return launch_programmatic(true, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // Launch in thread-block clusters of `cluster` (>= 1) CTAs along x (grid.x a multiple of it).

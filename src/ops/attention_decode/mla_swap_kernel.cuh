@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int split = blockIdx.x, b = blockIdx.z;
   const SplitRange<kTile> range = split_range<kTile>(a, b, split);  // decode_kernel's tile order
   bool bad = range.bad;
-  const int len_ok = range.len_ok, begin = range.begin, end = range.end;
+  const int len_ok = range.len_ok, end = range.end;
   int ntiles = range.ntiles;
   auto tile_start = [&](int i) { return range.start(i); };
   if constexpr (PAGED)  // every page the range touches must be a valid id

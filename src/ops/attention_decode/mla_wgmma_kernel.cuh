@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // share each tile through L2 while resident together).
   const SplitRange<kTile> range = split_range<kTile>(a, b, split);
   bool bad = range.bad;
-  const int len_ok = range.len_ok, begin = range.begin, end = range.end;
+  const int len_ok = range.len_ok, end = range.end;
   int ntiles = range.ntiles;
   auto tile_start = [&](int i) TESSEL_LAMBDA_INLINE { return range.start(i); };
 

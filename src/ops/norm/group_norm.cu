@@ -103,18 +103,18 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor* 
   a.eps = eps, a.hw = s.hw, a.cpg = static_cast<int>(s.cpg), a.groups = static_cast<int>(s.groups);
   detail::dispatch_float_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vec = s.hw % tile::kVec16<T> == 0 && detail::aligned(x.data, 16) && detail::aligned(y.data, 16);
+    const bool vec =
+        s.hw % tile::kVec16<T> == 0 && detail::aligned(x.data, 16) && detail::aligned(y.data, 16);
     if (norm::launch_fwd_staged<T, Mode::gn>(a, vec, stream)) return;
-    norm::with_cfg<T>(a.cols, vec, [&](auto cfg) {
-      norm::launch_fwd<T, decltype(cfg), Mode::gn>(a, stream);
-    });
+    norm::with_cfg<T>(a.cols, vec,
+                      [&](auto cfg) { norm::launch_fwd<T, decltype(cfg), Mode::gn>(a, stream); });
   });
   detail::check_launch("group_norm");
 }
 
 void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, const Tensor& w,
-                         const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dw,
-                         Tensor* db, cudaStream_t stream) {
+                         const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor* db,
+                         cudaStream_t stream) {
   detail::OpCheck chk("group_norm_backward");
   chk.dtype_in("dy", dy, kFloat);
   chk.dtype_in("x", x, kFloat);
@@ -163,9 +163,13 @@ void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, cons
     using T = decltype(tag);
     const bool vec = s.hw % tile::kVec16<T> == 0 && detail::aligned(x.data, 16) &&
                      detail::aligned(dy.data, 16) && detail::aligned(dx.data, 16);
-    // dw/db: per-(n, c) sums, then summed over n in order.
-    const size_t ws_bytes = 2 * static_cast<size_t>(nc) * sizeof(float);
-    float* ws = static_cast<float*>(detail::stream_workspace(stream, ws_bytes));
+    // dw/db: per-(n, c) sums, then summed over n in order. Own scratch, stream-ordered: every
+    // (n, c) is written, so nothing needs zeroing afterwards (the zeroed stream workspace cost
+    // a memset launch per call).
+    void* ws_raw = nullptr;
+    TESSEL_CUDA_CHECK(
+        cudaMallocAsync(&ws_raw, 2 * static_cast<size_t>(nc) * sizeof(float), stream));
+    float* ws = static_cast<float*>(ws_raw);
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(nc, int64_t{1} << 20));
     if (!norm::launch_gn_bwd_staged<T>(a, vec, ws, nc, stream)) {  // else: dx and ws in one pass
       norm::with_cfg<T>(a.cols, vec, [&](auto cfg) {
@@ -173,15 +177,15 @@ void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, cons
       });
       if (vec)
         gn_channel_sums_kernel<T, tile::kVec16<T>><<<grid, 256, 0, stream>>>(
-            static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
-            s.hw, a.cpg, ws);
+            static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc, s.hw,
+            a.cpg, ws);
       else
-        gn_channel_sums_kernel<T, 1><<<grid, 256, 0, stream>>>(
-            static_cast<const T*>(x.data), static_cast<const T*>(dy.data), a.mean, a.rstd, nc,
-            s.hw, a.cpg, ws);
+        gn_channel_sums_kernel<T, 1><<<grid, 256, 0, stream>>>(static_cast<const T*>(x.data),
+                                                               static_cast<const T*>(dy.data),
+                                                               a.mean, a.rstd, nc, s.hw, a.cpg, ws);
     }
     norm::launch_sum_slots<T>(ws, s.n, s.c, dw.data, db ? db->data : nullptr, stream);
-    TESSEL_CUDA_CHECK(cudaMemsetAsync(ws, 0, ws_bytes, stream));
+    TESSEL_CUDA_CHECK(cudaFreeAsync(ws_raw, stream));
   });
   detail::check_launch("group_norm_backward");
 }

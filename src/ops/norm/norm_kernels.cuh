@@ -654,6 +654,7 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
       rs = rs_n;
     }
   }
+  tile::allow_next_grid();  // the slot sums may start launching (they wait for our exit)
   if constexpr (kArrays > 0) {
     if constexpr (!kLean) {
 #pragma unroll
@@ -857,14 +858,14 @@ void launch_sum_slots(const float* ws, int64_t K, int64_t n, void* out0, void* o
   if (vec_allowed && K >= 2 * kSumVecLanes && n % 4 == 0 &&
       reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
     const dim3 g(static_cast<unsigned>((n + kSumVecCols - 1) / kSumVecCols), out1 ? 2 : 1);
-    TESSEL_CUDA_CHECK(detail::launch_dependent(sum_slots_vec_kernel<TW>, g,
+    TESSEL_CUDA_CHECK(detail::launch_follow_up(sum_slots_vec_kernel<TW>, g,
                                                dim3(kSumVecGroups * kSumVecLanes), 0, stream, ws, K,
                                                n, static_cast<TW*>(out0), static_cast<TW*>(out1)));
     return;
   }
   if (vec_allowed && K <= kSumLanes && n % 4 == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
     const dim3 g(static_cast<unsigned>((n / 4 + 255) / 256), out1 ? 2 : 1);
-    TESSEL_CUDA_CHECK(detail::launch_dependent(sum_few_slots_kernel<TW>, g, dim3(256), 0, stream,
+    TESSEL_CUDA_CHECK(detail::launch_follow_up(sum_few_slots_kernel<TW>, g, dim3(256), 0, stream,
                                                ws, K, n, static_cast<TW*>(out0),
                                                static_cast<TW*>(out1)));
     return;
@@ -872,7 +873,7 @@ void launch_sum_slots(const float* ws, int64_t K, int64_t n, void* out0, void* o
   const dim3 g(static_cast<unsigned>((n + kSumCols - 1) / kSumCols), out1 ? 2 : 1);
   // A dependent launch: its CTAs start while the backward kernel drains (which lets it go
   // once its rows are done) and wait there for the partials.
-  TESSEL_CUDA_CHECK(detail::launch_dependent(sum_slots_kernel<TW>, g, dim3(kSumCols * kSumLanes), 0,
+  TESSEL_CUDA_CHECK(detail::launch_follow_up(sum_slots_kernel<TW>, g, dim3(kSumCols * kSumLanes), 0,
                                              stream, ws, K, n, static_cast<TW*>(out0),
                                              static_cast<TW*>(out1)));
 }
