@@ -121,12 +121,6 @@ int64_t bwd_slots(int64_t rows, int& cluster, unsigned& grid, size_t& smem) {
       const int64_t resident = max_active_clusters(kernel, C::BWD_BLOCK, smem, cluster);
       if (resident > 0) slots = std::min(slots, resident);
     }
-    // The fewest slots that keep the same number of rows per row group: every group then
-    // walks the same count, and no few groups run one row more after the others have left
-    // (16384 rows on 528 groups: 16 of them took a 32nd row alone; 512 groups take 32 each).
-    const int64_t per_slot = int64_t{cluster} * kGroups;
-    const int64_t rounds = (rows + slots * per_slot - 1) / (slots * per_slot);
-    slots = std::max<int64_t>(1, (rows + rounds * per_slot - 1) / (rounds * per_slot));
     grid = static_cast<unsigned>(slots * cluster);
     return slots;
   } else {
