@@ -48,4 +48,12 @@ void* stream_workspace(cudaStream_t stream, size_t bytes, bool may_allocate) {
   return s.ptr;
 }
 
+AsyncBuffer::AsyncBuffer(size_t bytes, cudaStream_t stream) : s(stream) {
+  if (bytes) TESSEL_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
+}
+
+AsyncBuffer::~AsyncBuffer() {
+  if (p) cudaFreeAsync(p, s);  // no throw from a destructor; a failed free only leaks
+}
+
 }  // namespace tessel::detail

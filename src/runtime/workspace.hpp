@@ -16,6 +16,21 @@ namespace tessel::detail {
 // nullptr instead when the buffer is too small.
 void* stream_workspace(cudaStream_t stream, size_t bytes, bool may_allocate = true);
 
+// Stream-ordered scratch that needs no zeroing (cudaMallocAsync): freed on the same stream when
+// it goes out of scope, i.e. after the work enqueued while it lived. 0 bytes: no allocation.
+struct AsyncBuffer {
+  void* p = nullptr;
+  cudaStream_t s = nullptr;
+  AsyncBuffer(size_t bytes, cudaStream_t stream);  // throws tessel::Error when it cannot
+  ~AsyncBuffer();
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+  AsyncBuffer(const AsyncBuffer&) = delete;
+  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
+};
+
 // Whether `stream` is being captured into a CUDA graph (true when the query fails).
 bool stream_capturing(cudaStream_t stream);
 

@@ -22,6 +22,7 @@
 #include "ops/attention/attention_check.hpp"
 #include "ops/rows.cuh"
 #include "runtime/check.hpp"
+#include "runtime/workspace.hpp"
 #include "tessel/attention_backward.hpp"
 
 namespace tessel {
@@ -99,18 +100,7 @@ __global__ void __launch_bounds__(kSinkThreads)
   if (threadIdx.x == 0) d_sinks[h] = part[0];
 }
 
-struct AsyncBuffer {  // stream-ordered scratch, freed on the stream when the call returns
-  void* p = nullptr;
-  cudaStream_t s = nullptr;
-  AsyncBuffer(size_t bytes, cudaStream_t stream) : s(stream) {
-    if (bytes) TESSEL_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
-  }
-  ~AsyncBuffer() {
-    if (p) cudaFreeAsync(p, s);
-  }
-  AsyncBuffer(const AsyncBuffer&) = delete;
-  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
-};
+using detail::AsyncBuffer;  // stream-ordered scratch (runtime/workspace.hpp)
 
 bool vec_ok(const Tensor& t, int o) {
   if (!detail::aligned(t.data, 16)) return false;

@@ -679,15 +679,13 @@ __global__ void __launch_bounds__(256)
 template <class T>
 void fwd_chunked(const CeArgs& a, cudaStream_t stream) {
   const int chunks = static_cast<int>((a.cols + PartCfg<T>::kCols - 1) / PartCfg<T>::kCols);
-  void* part = nullptr;
   // Own scratch: the caller's count / row-loss pointers live in stream_workspace, which a
   // request here could grow (and free).
-  TESSEL_CUDA_CHECK(cudaMallocAsync(&part, size_t(a.rows) * chunks * 3 * sizeof(float), stream));
+  const detail::AsyncBuffer part(size_t(a.rows) * chunks * 3 * sizeof(float), stream);
   ce_fwd_part_kernel<T><<<static_cast<unsigned>(a.rows * chunks), kPartBlock, 0, stream>>>(
-      a, chunks, static_cast<float*>(part));
+      a, chunks, part.as<float>());
   ce_fwd_combine_kernel<T><<<static_cast<unsigned>((a.rows + 7) / 8), 256, 0, stream>>>(
-      a, chunks, static_cast<const float*>(part));
-  TESSEL_CUDA_CHECK(cudaFreeAsync(part, stream));
+      a, chunks, part.as<const float>());
 }
 
 // ---- count and finalize (one block each; deterministic order) ----------------------------
@@ -784,14 +782,12 @@ bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
     cudaGetLastError();
     return false;
   }
-  void* part = nullptr;
-  TESSEL_CUDA_CHECK(cudaMallocAsync(&part, size_t(a.rows) * slices * 3 * sizeof(float), stream));
+  const detail::AsyncBuffer part(size_t(a.rows) * slices * 3 * sizeof(float), stream);
   ce_fwd_slice_kernel<T>
       <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
-         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), static_cast<float*>(part));
+         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), part.as<float>());
   ce_fwd_combine_kernel<T><<<static_cast<unsigned>((a.rows + 7) / 8), 256, 0, stream>>>(
-      a, static_cast<int>(slices), static_cast<const float*>(part));
-  TESSEL_CUDA_CHECK(cudaFreeAsync(part, stream));
+      a, static_cast<int>(slices), part.as<const float>());
   return true;
 }
 

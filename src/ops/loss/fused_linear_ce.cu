@@ -19,6 +19,7 @@
 
 #include "ops/loss/loss_internal.hpp"
 #include "ops/rows.cuh"
+#include "runtime/workspace.hpp"
 #include "tessel/gemm.hpp"
 #include "tessel/loss.hpp"
 #include "tessel/ops.hpp"
@@ -26,18 +27,7 @@
 namespace tessel {
 namespace {
 
-struct AsyncBuffer {
-  void* p = nullptr;
-  cudaStream_t s = nullptr;
-  AsyncBuffer(size_t bytes, cudaStream_t stream) : s(stream) {
-    if (bytes) TESSEL_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
-  }
-  ~AsyncBuffer() {
-    if (p) cudaFreeAsync(p, s);
-  }
-  AsyncBuffer(const AsyncBuffer&) = delete;
-  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
-};
+using detail::AsyncBuffer;  // stream-ordered scratch (runtime/workspace.hpp)
 
 int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 

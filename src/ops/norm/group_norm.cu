@@ -9,6 +9,7 @@
 //   backward: dx = rstd * (g - mean(g) - xhat * mean(g*xhat)), g = dy * w[c]
 #include "ops/norm/norm_launch.cuh"
 #include "ops/norm/norm_staged.cuh"
+#include "runtime/workspace.hpp"
 #include "tessel/norm.hpp"
 
 namespace tessel {
@@ -166,10 +167,8 @@ void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, cons
     // dw/db: per-(n, c) sums, then summed over n in order. Own scratch, stream-ordered: every
     // (n, c) is written, so nothing needs zeroing afterwards (the zeroed stream workspace cost
     // a memset launch per call).
-    void* ws_raw = nullptr;
-    TESSEL_CUDA_CHECK(
-        cudaMallocAsync(&ws_raw, 2 * static_cast<size_t>(nc) * sizeof(float), stream));
-    float* ws = static_cast<float*>(ws_raw);
+    const detail::AsyncBuffer ws_buf(2 * static_cast<size_t>(nc) * sizeof(float), stream);
+    float* ws = ws_buf.as<float>();
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(nc, int64_t{1} << 20));
     if (!norm::launch_gn_bwd_staged<T>(a, vec, ws, nc, stream)) {  // else: dx and ws in one pass
       norm::with_cfg<T>(a.cols, vec, [&](auto cfg) {
@@ -185,7 +184,6 @@ void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, cons
                                                                a.mean, a.rstd, nc, s.hw, a.cpg, ws);
     }
     norm::launch_sum_slots<T>(ws, s.n, s.c, dw.data, db ? db->data : nullptr, stream);
-    TESSEL_CUDA_CHECK(cudaFreeAsync(ws_raw, stream));
   });
   detail::check_launch("group_norm_backward");
 }

@@ -141,17 +141,11 @@ void launch_bwd_occ(NormArgs a, void* dw, void* db, cudaStream_t stream) {
   // Own scratch, stream-ordered: every slot is written whole, so nothing needs zeroing (the
   // zeroed stream workspace cost a memset of the slots after the sums: 6.5 / 13 MB at
   // 16384 x 4096, RMS / LayerNorm).
-  if (kArrays > 0) {
-    void* ws = nullptr;
-    TESSEL_CUDA_CHECK(cudaMallocAsync(
-        &ws, static_cast<size_t>(kArrays) * slots * a.cols * sizeof(float), stream));
-    a.ws = static_cast<float*>(ws);
-  }
+  const detail::AsyncBuffer ws(static_cast<size_t>(kArrays) * slots * a.cols * sizeof(float),
+                               stream);
+  a.ws = ws.as<float>();
   launch(norm_bwd_kernel<T, C, M, OCC>, grid, C::BWD_BLOCK, smem, cluster, stream, a);
-  if (kArrays > 0) {
-    launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
-    TESSEL_CUDA_CHECK(cudaFreeAsync(a.ws, stream));
-  }
+  if (kArrays > 0) launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
 }
 
 template <class T, class C, Mode M>

@@ -24,6 +24,7 @@
 #include "ops/bulk_copy.cuh"
 #include "ops/norm/norm_kernels.cuh"
 #include "runtime/launch.cuh"
+#include "runtime/workspace.hpp"
 
 namespace tessel::norm {
 
@@ -243,15 +244,12 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
           std::max<int64_t>(1, std::min<int64_t>(resident, (a.rows + cluster - 1) / cluster));
       const int64_t ctas = slots * cluster;
       // Own scratch (every slot is written whole, so nothing to zero afterwards).
-      void* ws = nullptr;
-      TESSEL_CUDA_CHECK(
-          cudaMallocAsync(&ws, size_t(kArrays) * slots * a.cols * sizeof(float), stream));
-      a.ws = static_cast<float*>(ws);
+      const detail::AsyncBuffer ws(size_t(kArrays) * slots * a.cols * sizeof(float), stream);
+      a.ws = ws.as<float>();
       TESSEL_CUDA_CHECK(detail::launch_cluster(kernel, dim3(static_cast<unsigned>(ctas)),
                                                dim3(kStagedBlock), smem, static_cast<int>(cluster),
                                                stream, a, stages));
       launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
-      TESSEL_CUDA_CHECK(cudaFreeAsync(ws, stream));
     };
     if (nv <= kStagedBlock)
       go(norm_bwd_staged_kernel<T, 1, M>);
@@ -799,15 +797,12 @@ bool launch_bwd_long(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t s
       if (resident < 1) return false;
       const int64_t slots = std::min<int64_t>(resident, a.rows);
       // Own scratch (every slot is written whole, so nothing to zero afterwards).
-      void* ws = nullptr;
-      TESSEL_CUDA_CHECK(
-          cudaMallocAsync(&ws, size_t(kArrays) * slots * a.cols * sizeof(float), stream));
-      a.ws = static_cast<float*>(ws);
+      const detail::AsyncBuffer ws(size_t(kArrays) * slots * a.cols * sizeof(float), stream);
+      a.ws = ws.as<float>();
       TESSEL_CUDA_CHECK(detail::launch_cluster(kernel, dim3(static_cast<unsigned>(slots * csize)),
                                                dim3(kLongBwdBlock), smem, static_cast<int>(csize),
                                                stream, a, static_cast<int>(chunk), stages));
       launch_sum_slots<T>(a.ws, slots, a.cols, dw, db, stream);
-      TESSEL_CUDA_CHECK(cudaFreeAsync(ws, stream));
       return true;
     };
     if (chunk <= kLongBwdBlock * kVec) return go(norm_bwd_long_kernel<T, 1, M>);
