@@ -319,8 +319,8 @@ TEST_F(AttentionBwdGpu, EmptySides) {
   run(make(DType::bf16, 2, 0, 33, 2, 1, 64, false));  // no queries: dk = dv = 0
 }
 
-// The WGMMA kernel's block edges: 128 keys per CTA, 64 or 80 (D = 128) or 64 (D = 64) query
-// rows per step; GQA groups walked by one CTA; causal with Sq != Skv both ways.
+// The WGMMA kernel's block edges: 128 keys per CTA, 64 (D = 128) or 128 (D = 64) query rows
+// per step; GQA groups walked by one CTA; causal with Sq != Skv both ways.
 TEST_F(AttentionBwdGpu, WgmmaTileEdges) {
   for (DType dt : {DType::bf16, DType::f16})
     for (int d : {64, 128, 256})
@@ -353,31 +353,6 @@ TEST_F(AttentionBwdGpu, CausalKeyBlockSections) {
     run(make(DType::f16, 2, 513, 513, 4, 4, 128, true));
   }
   attention_detail::set_bwd_order_pairs(-1);
-}
-
-// D = 128 steps of 80 query rows (the default without a window) and of 64, each forced onto
-// the other's cases: 80-row block edges, causal / windowed / soft-capped / varlen / GQA.
-TEST_F(AttentionBwdGpu, QueryRowsPerStep) {
-  for (int rows : {80, 64}) {
-    SCOPED_TRACE("query rows " + std::to_string(rows));
-    attention_detail::set_bwd_query_rows(rows);
-    for (DType dt : {DType::bf16, DType::f16})
-      for (bool causal : {false, true})
-        for (auto [sq, skv] : {std::pair{79, 128}, {80, 81}, {81, 129}, {161, 300}, {1, 7}})
-          run(make(dt, 2, sq, skv, 4, 1, 128, causal));
-    Case c = make(DType::bf16, 1, 200, 150, 4, 2, 128, false);
-    c.window_left = 37, c.window_right = 50;
-    run(c);
-    c = make(DType::bf16, 2, 150, 211, 4, 4, 128, false);
-    c.softcap = 1.5f;
-    run(c);
-    c = make(DType::bf16, 0, 0, 0, 8, 2, 128, false);
-    c.lens_q = {1, 17, 100, 0, 161, 80};
-    c.lens_k = {5, 17, 257, 7, 129, 3};
-    run(c);
-    run(make(DType::bf16, 1, 1000, 1000, 4, 1, 128, true));
-  }
-  attention_detail::set_bwd_query_rows(0);
 }
 
 TEST_F(AttentionBwdGpu, Long) {

@@ -131,26 +131,10 @@ bool key_block_order_allowed() {
   return allowed;
 }
 
-// Query rows per step of the D = 128 WGMMA kernel: TESSEL_ATTENTION_BWD_BR=64 / 80 (A/B), or
-// attention_detail::set_bwd_query_rows (tests); else 80 without a window (FlashAttention-3's
-// non-causal tile), 64 with one.
-std::atomic<int> g_query_rows{0};
-int query_rows_for(const BwdArgs& a) {
-  const int forced = g_query_rows.load();
-  if (forced == 64 || forced == 80) return forced;
-  static const int env = [] {
-    const char* e = std::getenv("TESSEL_ATTENTION_BWD_BR");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (env == 64 || env == 80) return env;
-  return a.window_left < 0 && a.window_right < 0 ? 80 : 64;
-}
-
 }  // namespace
 
 namespace attention_detail {
 void set_bwd_order_pairs(int n) { g_order_pairs.store(n); }
-void set_bwd_query_rows(int rows) { g_query_rows.store(rows); }
 
 bool bwd_wgmma_supported(const BwdArgs& a) {
   if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128 && a.d != 256)) return false;
@@ -291,7 +275,6 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       const int forced = g_order_pairs.load();
       if (forced >= 0) a.order_pairs = forced;
     }
-    if (wgmma && a.d == 128) a.query_rows = query_rows_for(a);
     if (wgmma && a.d == 256 && bf16)
       attention_detail::launch_bwd_wgmma_d256_bf16(a, stream);
     else if (wgmma && a.d == 256)

@@ -42,8 +42,6 @@ struct BwdArgs {
   // launch order walks sections of G (kv head, sequence) pairs, key block slowest within one
   // (causal: the longest key blocks of every pair first, the shortest last).
   int order_pairs = 0;
-  // WGMMA kernel at D = 128: query rows per step, 64 or 80 (attention_bwd_wgmma_kernel.cuh).
-  int query_rows = 64;
 };
 
 // The three steps after the preprocess (delta): dk/dv by key blocks (with dq atomics into
@@ -64,8 +62,5 @@ void launch_bwd_wgmma_d256_f16(const BwdArgs& a, cudaStream_t stream);
 // Tests: force BwdArgs::order_pairs for causal-like masks on the WGMMA kernels (n > 0: sections
 // of n pairs; 0: the grid's own order); -1 restores the automatic choice.
 void set_bwd_order_pairs(int n);
-// Tests: force the WGMMA kernel's query rows per step at D = 128 (64 or 80); 0 restores the
-// automatic choice.
-void set_bwd_query_rows(int rows);
 
 }  // namespace tessel::attention_detail

@@ -41,9 +41,6 @@
 
 #include <climits>
 #include <cute/tensor.hpp>
-// The 64 x 80 atoms (Br = 80) are cute's "extended" shapes, included only on request.
-#include <cute/arch/mma_sm90_gmma_ext.hpp>
-#include <cute/atom/mma_traits_sm90_gmma_ext.hpp>
 
 #include "ops/attention/attention_bwd.cuh"
 #include "ops/attention/attention_fwd_kernel.cuh"
@@ -54,72 +51,36 @@ namespace bwd_wgmma {
 
 using namespace tessel::tile::sm90;
 
-// SS WGMMA atoms of a 64 x N x K tile: cute's selector, except N = 80 (its extended shapes are
-// behind CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED; without it 80 falls to sixteen-column atoms).
-template <class T, int N, int K, cute::GMMA::Major A, cute::GMMA::Major B>
-auto ss_atom() {
-  if constexpr (N == 80 && std::is_same_v<T, cutlass::bfloat16_t>)
-    return cute::SM90::GMMA::MMA_64x80x16_F32BF16BF16_SS<A, B>{};
-  else if constexpr (N == 80)
-    return cute::SM90::GMMA::MMA_64x80x16_F32F16F16_SS<A, B>{};
-  else
-    return cute::SM90::GMMA::ss_op_selector<T, T, float,
-                                            cute::Shape<cute::_64, cute::Int<N>, cute::Int<K>>,
-                                            A, B>();
-}
-
-template <class T_, int D_, int Br_ = 64>
+template <class T_, int D_>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
-  static constexpr int Bc = 128;  // keys per CTA: 2 consumer warpgroups x 64
-  static constexpr int Br = Br_;  // query rows per step
-  // Br = 80 (D = 128; FlashAttention-3's non-causal tile): S^T / dP^T are 64 x 80 WGMMAs, which
-  // read fewer shared-memory bytes per FLOP than 64 x 64 ones. An 80-row dQ is no WGMMA M, so
-  // dQ^T = K^T dS^T is computed instead (the warpgroups split D), dS goes to shared memory
-  // key-contiguous (K-major B), in one buffer (a second would not fit beside the dQ tile).
-  static constexpr bool kDqSwap = Br % 64 != 0;
-  static_assert(!kDqSwap || (D == 128 && Br % 16 == 0), "swapped dQ: D = 128, Br a k16 multiple");
   // dQ: the consumers leave each step's dQ tile in shared memory and a writer warp adds it to
   // the workspace with bulk reduce-adds (cp.reduce.async.bulk; float2 atomics from the
-  // consumers measured 247 instead of 326 TFLOP/s at D = 128). f32 row pitch: D + 8 makes the
-  // float2 stores of a (q, d) accumulator 2 wavefronts; D + 4 the scalar stores of a (d, q) one
-  // conflict-free.
-  static constexpr int DqPitch = kDqSwap ? D + 4 : D + 8;
+  // consumers measured 247 instead of 326 TFLOP/s at D = 128).
+  static constexpr int DqPitch = D + 8;  // f32 row pitch of the dQ tile: 2-wavefront stores
+  static constexpr int Bc = 128;         // keys per CTA: 2 consumer warpgroups x 64
+  static constexpr int Br = 64;          // query rows per step
   static constexpr int Stages = D == 64 ? 4 : 2;
-  static constexpr int DsStages = kDqSwap ? 1 : 2;
   static constexpr int Consumers = 2;
   static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
-  // setmaxnreg split (sum <= 512): the 64 x 80 accumulators need FlashAttention-3's 240.
-  static constexpr int ProducerRegs = kDqSwap ? 24 : 40;
-  static constexpr int ConsumerRegs = kDqSwap ? 240 : 232;
   using SmemK = SmemLayout<T, Major::K, Bc, D, 1>;         // K, V: A of S^T / dP^T
   using SmemKt = SmemLayout<T, Major::MN, D, Bc, 1>;       // the same bytes: B of dQ = dS K
-                                                           // (A of dQ^T = K^T dS^T)
   using SmemQ = SmemLayout<T, Major::K, Br, D, Stages>;    // Q, dO: B of S^T / dP^T
   using SmemQt = SmemLayout<T, Major::MN, D, Br, Stages>;  // the same bytes: B of dK / dV
-  // dS: query-contiguous (A of dQ = dS K), or key-contiguous (B of dQ^T = K^T dS^T).
-  using SmemDS = SmemLayout<T, kDqSwap ? Major::K : Major::MN, Br, Bc, DsStages>;
-  // Swapped dQ: dK = dS^T Q reads dS^T from that shared dS (the K-major (Br x Bc) bytes are the
-  // MN-major (Bc x Br) A operand), so no dS registers stay live under the dQ WGMMA (as RS
-  // operands they made ptxas serialize every WGMMA, C7512).
-  using SmemDSa = SmemLayout<T, Major::MN, Bc, Br, 1>;
-  using MmaDK = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::ss_op_selector<T, T, float,
-                                       cute::Shape<cute::_64, cute::Int<D>, cute::Int<Br>>,
-                                       cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
-  // The query-contiguous dS as dS^T, for stmatrix (D = 64; unused with the swapped dQ).
-  using SmemDSt = SmemLayout<T, Major::K, Bc, kDqSwap ? 64 : Br, DsStages>;
+  using SmemDS = SmemLayout<T, Major::MN, Br, Bc, 2>;      // dS (query-contiguous), A of dQ
+  using SmemDSt = SmemLayout<T, Major::K, Bc, Br, 2>;      // the same bytes as dS^T (stmatrix)
   using MmaSdP = decltype(cute::make_tiled_mma(
-      ss_atom<T, Br, D, cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<Br>, cute::Int<D>>,
+                                       cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
   using MmaKV = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::rs_op_selector<T, T, float,
                                        cute::Shape<cute::_64, cute::Int<D>, cute::Int<Br>>,
                                        cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<Consumers>, cute::_1, cute::_1>>{}));
-  // Warpgroups computing a step's dQ (Br x D): D = 128: both, 64 columns each; D = 64: one,
+  // Warpgroups computing a step's dQ (64 x D): D = 128: both, 64 columns each; D = 64: one,
   // alternating by step (a 32-column half would be no 128B-swizzled MN-major operand).
   static constexpr int DqWgs = D == 128 ? 2 : 1;
   // Writer warps (producer warpgroup warps 1 .. DqWriters): each issues the bulk reduce-adds
@@ -127,16 +88,11 @@ struct BwdConfig {
   // the copies are issued one lane at a time).
   static constexpr int DqWriters = 3;
   static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32 * DqWriters;
-  using MmaDQ = std::conditional_t<
-      kDqSwap,
-      decltype(cute::make_tiled_mma(
-          ss_atom<T, Br, Bc, cute::GMMA::Major::MN, cute::GMMA::Major::K>(),
-          cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{})),
-      decltype(cute::make_tiled_mma(
-          cute::SM90::GMMA::ss_op_selector<T, T, float,
-                                           cute::Shape<cute::_64, cute::Int<D / DqWgs>, cute::Int<Bc>>,
-                                           cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-          cute::Layout<cute::Shape<cute::_1, cute::Int<DqWgs>, cute::_1>>{}))>;
+  using MmaDQ = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                       cute::Shape<cute::_64, cute::Int<D / DqWgs>, cute::Int<Bc>>,
+                                       cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_1, cute::Int<DqWgs>, cute::_1>>{}));
   using Pipeline = TmaPipeline<Stages>;
   struct Smem {
     alignas(1024) T k[cute::cosize_v<SmemK>];
@@ -164,10 +120,6 @@ constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup (the first step's rows
 // the consumer warpgroups that compute dQ + the writer warp.
 constexpr int kDqFullBarrier = 4;
 constexpr int kDqEmptyBarrier = 5;
-// Single dS buffer (Br = 80): both warpgroups' dQ WGMMAs of the previous step are done.
-constexpr int kDsFreeBarrier = 6;
-// Swapped dQ: this warpgroup's dS is in shared memory (before its dK WGMMA).
-constexpr int kDsOwnBarrier0 = 7;  // + consumer warpgroup
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
@@ -239,14 +191,6 @@ __device__ __forceinline__ bool find_key_block(const BwdArgs& a, KeyBlock& kb) {
     id -= nb;
   }
   return false;
-}
-
-template <class T>
-__device__ __forceinline__ uint16_t bits16(T v) {
-  return reinterpret_cast<const uint16_t&>(v);
-}
-__device__ __forceinline__ void st_shared_u16(uint32_t addr, uint16_t v) {
-  asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
 }
 
 template <class T>
@@ -403,7 +347,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   cluster_sync<1>();
 
   if (wg == 0) {  // ---- producer ----
-    producer_registers<Cfg::ProducerRegs>();
+    producer_registers<40>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
     if (pwarp == 0 && elect_one() && iters > 0) {
       produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
@@ -431,14 +375,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   }
 
   // ---- consumers ----
-  consumer_registers<Cfg::ConsumerRegs>();
+  consumer_registers<232>();
   const int ctid = consumer_thread();
   const int wgc = wg - 1;
   const int wtid = ctid % kWarpgroupThreads;
   typename Cfg::MmaSdP mma_sdp;
   typename Cfg::MmaKV mma_kv;
   typename Cfg::MmaDQ mma_dq;
-  typename Cfg::MmaDK mma_dk;
   auto thr_sdp = mma_sdp.get_slice(ctid);
   auto thr_kv = mma_kv.get_slice(ctid);
   auto thr_dq = mma_dq.get_slice(Cfg::DqWgs == 2 ? ctid : wtid);
@@ -450,12 +393,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   // stores of swizzled addresses cost ~6 instructions each).
   auto stsm_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_sdp);
   auto thr_stsm_ds = stsm_ds.get_thread_slice(ctid);
-  auto tdSsdS = [&] {  // (CPY, M, N, 2)
-    if constexpr (Cfg::kDqSwap)
-      return 0;  // unused: the swapped dS is stored element by element
-    else
-      return thr_stsm_ds.partition_D(make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDSt{}));
-  }();
+  Tensor tdSsdS = thr_stsm_ds.partition_D(
+      make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDSt{}));  // (CPY, M, N, 2)
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sK));    // (MMA, 1, D/16, 1)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sV));    // (MMA, 1, D/16, 1)
@@ -463,35 +402,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor tSrdO = thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO));  // (MMA, 1, D/16, Stages)
   Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));   // (MMA, 1, Br/16, Stages)
   Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));
-  auto thr_dk = mma_dk.get_slice(ctid);
-  auto tdKrdSt = [&] {  // (MMA, 1, Br/16, 1): swapped dQ only
-    if constexpr (Cfg::kDqSwap)
-      return thr_dk.make_fragment_A(
-          thr_dk.partition_A(make_tensor(make_smem_ptr(smem.ds), typename Cfg::SmemDSa{})));
-    else
-      return 0;
-  }();
-  auto tdKrQt = [&] {
-    if constexpr (Cfg::kDqSwap)
-      return thr_dk.make_fragment_B(thr_dk.partition_B(sQt));
-    else
-      return 0;
-  }();
-  // dQ operands: dS (A) and K (B), or swapped: K^T (A) and dS^T (B). (MMA, 1, Bc/16, stages)
-  auto tdQrdS = [&] {
-    if constexpr (Cfg::kDqSwap)
-      return thr_dq.make_fragment_B(thr_dq.partition_B(sdS));
-    else
-      return thr_dq.make_fragment_A(thr_dq.partition_A(sdS));
-  }();
-  auto tdQrK = [&] {
-    if constexpr (Cfg::kDqSwap)
-      return thr_dq.make_fragment_A(thr_dq.partition_A(sKt));
-    else
-      return thr_dq.make_fragment_B(thr_dq.partition_B(sKt));
-  }();
-  // dQ tile shape: (query, column), or (column, query) when swapped.
-  using DqShape = std::conditional_t<Cfg::kDqSwap, Shape<Int<D>, Int<Br>>, Shape<Int<Br>, Int<D>>>;
+  Tensor tdQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));  // (MMA, 1, Bc/16, 2)
+  Tensor tdQrK = thr_dq.make_fragment_B(thr_dq.partition_B(sKt));   // (MMA, 1, Bc/16, 1)
 
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<Bc>, Int<Br>>{});  // ((2,2,Br/8),1,1)
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<Bc>, Int<Br>>{});
@@ -508,14 +420,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   char* const ds_bytes = reinterpret_cast<char*>(smem.ds) + (8 * wgc + 2 * (wtid / 32)) * 1024 +
                          ds_rq * 128 + 4 * (ds_lane % 4);
   const int ds_xor = ds_rq * 16;
-  // Swapped dQ: element (q, key) of the K-major 128B-swizzled (Br x Bc) dS lives at byte
-  // (q / 8 + Br / 8 * (key / 64)) 1024 + (q % 8) 128 + (((key % 64) / 8) ^ (q % 8)) 16 +
-  // (key % 8) 2; with key = 64 wgc + 16 warp + lane / 4 + 8 i1 and q = 8 g + 2 (lane % 4) + i0p
-  // the chunk is 2 (warp ^ lane % 4) + (i1 ^ i0p): one 32-bit shared address per thread plus
-  // constants (registers are what the 64 x 80 accumulators leave none of).
-  const uint32_t dst_addr =
-      cast_smem_ptr_to_uint(smem.ds) + wgc * (Br / 8) * 1024 + (ds_lane / 4) * 2 +
-      (ds_lane % 4) * 256 + (((wtid / 32) ^ (ds_lane % 4)) * 32);
   // (key, query) / (key, column) / (query, column) of every accumulator element.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
@@ -636,20 +540,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         const auto e = make_coord(make_coord(i0p, i1, g), 0, 0);
         const auto ea = make_coord(make_coord(i0p, i1, g % 2), 0, g / 2);
         tKVrP(ea) = static_cast<T>(tSrS(e));
-        if constexpr (!Cfg::kDqSwap) tKVrdS(ea) = static_cast<T>(tSrdP(e));
+        tKVrdS(ea) = static_cast<T>(tSrdP(e));
       }
-      if constexpr (Cfg::kDqSwap) {
-        // One buffer: both warpgroups' previous dQ WGMMAs have read it.
-        if (it > 0) named_barrier_sync(kDsFreeBarrier);
-        CUTE_UNROLL
-        for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
-        for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
-        for (int i0p = 0; i0p < 2; ++i0p)
-          st_shared_u16(dst_addr + g * 1024 + i0p * 128 + (i1 ^ i0p) * 16,
-                        bits16(static_cast<T>(tSrdP(i0p + 2 * i1 + 4 * g))));
-        cutlass::arch::fence_view_async_shared();
-        warpgroup_barrier(kDsOwnBarrier0 + wgc);  // this warpgroup's keys: dK's A operand
-      } else if constexpr (D == 64) {
+      if constexpr (D == 64) {
         // The A-operand regrouping keeps the accumulator's register order (index i0p + 2 i1 +
         // 4 g in both), so the same registers viewed in the accumulator layout feed stmatrix.
         cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
@@ -671,23 +564,16 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       }
 
       warpgroup_fence_operand(tKVrP);
-      if constexpr (!Cfg::kDqSwap) warpgroup_fence_operand(tKVrdS);
+      warpgroup_fence_operand(tKVrdS);
       warpgroup_fence_operand(tdVrdV);
       warpgroup_fence_operand(tdKrdK);
       warpgroup_arrive();
       CUTE_UNROLL
       for (int k = 0; k < Br / 16; ++k)
         cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
-      if constexpr (Cfg::kDqSwap) {
-        mma_dk.accumulate_ = GMMA::ScaleOut::One;
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_dk, tdKrdSt(_, _, k, 0), tdKrQt(_, _, k, s), tdKrdK);
-      } else {
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
-      }
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
       warpgroup_commit_batch();
 
       // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
@@ -704,16 +590,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         ++st;
         continue;
       }
-      Tensor tdQrdQ = partition_fragment_C(mma_dq, DqShape{});
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
       warpgroup_fence_operand(tdQrdQ);
       warpgroup_arrive();
       mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tdQrdS); ++k) {
-        if constexpr (Cfg::kDqSwap)
-          cute::gemm(mma_dq, tdQrK(_, _, k, 0), tdQrdS(_, _, k, 0), tdQrdQ);
-        else
-          cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
+        cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
         mma_dq.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
@@ -724,21 +607,13 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       pipe.consumer_release(st);
       ++st;
 
-      Tensor tdQc = thr_dq.partition_C(make_identity_tensor(DqShape{}));
+      Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
       if (it > 0) dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);  // tile it-1 read
-      if constexpr (Cfg::kDqSwap) {
-        CUTE_UNROLL
-        for (int e = 0; e < size(tdQrdQ); ++e) {
-          const int c = get<0>(tdQc(e)), r = get<1>(tdQc(e));
-          smem.dq[r * Cfg::DqPitch + c] = tdQrdQ(e);
-        }
-      } else {
-        CUTE_UNROLL
-        for (int e = 0; e < size(tdQrdQ); e += 2) {
-          const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
-          *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
-              make_float2(tdQrdQ(e), tdQrdQ(e + 1));
-        }
+      CUTE_UNROLL
+      for (int e = 0; e < size(tdQrdQ); e += 2) {
+        const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
+        *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
+            make_float2(tdQrdQ(e), tdQrdQ(e + 1));
       }
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
@@ -749,9 +624,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
 }
 
-template <class T, int D, int Br = 64>
+template <class T, int D>
 void launch(const BwdArgs& a, cudaStream_t stream) {
-  using Cfg = BwdConfig<T, D, Br>;
+  using Cfg = BwdConfig<T, D>;
   auto [tma_q, tma_do, tma_k, tma_v] = make_step_tmas<Cfg>(a);
   auto kernel = attention_bwd_dkdv_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
   static bool configured = false;  // per instantiation: the attribute outlives the call
@@ -771,8 +646,6 @@ template <class T>
 void launch_bwd_wgmma_typed(const BwdArgs& a, cudaStream_t stream) {
   if (a.d == 64)
     bwd_wgmma::launch<T, 64>(a, stream);
-  else if (a.query_rows == 80)
-    bwd_wgmma::launch<T, 128, 80>(a, stream);
   else
     bwd_wgmma::launch<T, 128>(a, stream);
 }
