@@ -676,33 +676,33 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
           acc[k * kPerArray + idx] = s;
         }
     }
-    int64_t slot;
-    bool writer = true;
     if constexpr (C::CLUSTER == 1) {
-      // The CTAs of the launch cluster work on whole rows: rank 0 adds the others' partials.
+      // The CTAs of the launch cluster work on whole rows and share one slot: rank r adds its
+      // 1/n of the entries over the n CTAs in rank order (the order of one CTA summing all of
+      // them: the same bits) and writes them. (Rank 0 alone summing everything, its remote
+      // loads one after another, left the other n - 1 SMs idle at the end of the kernel.)
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();
       const unsigned n = cluster.num_blocks();
-      writer = cluster.block_rank() == 0;
-      slot = blockIdx.x / n;
-      if (writer) {
-        for (int64_t idx = threadIdx.x; idx < kPerGroup; idx += BLOCK)
+      const unsigned slot = blockIdx.x / n, slots = gridDim.x / n;
+      const int per = static_cast<int>((kPerGroup + n - 1) / n);
+      const int lo = static_cast<int>(cluster.block_rank()) * per;
+      const int hi = min(lo + per, static_cast<int>(kPerGroup));
+      for (int idx = lo + static_cast<int>(threadIdx.x); idx < hi; idx += BLOCK) {
+        const int l = idx % C::THREADS, j = (idx / C::THREADS) % C::VEC;
+        const int i = idx / (C::THREADS * C::VEC);
+        const int64_t c = col_of<C>(0, i, l) + j;
 #pragma unroll
-          for (int k = 0; k < kArrays; ++k) {
-            float s = acc[k * kPerArray + idx];
-            for (unsigned q = 1; q < n; ++q)
-              s += cluster.map_shared_rank(acc, q)[k * kPerArray + idx];
-            acc[k * kPerArray + idx] = s;
-          }
+        for (int k = 0; k < kArrays; ++k) {
+          float s = cluster.map_shared_rank(acc, 0u)[k * kPerArray + idx];
+          for (unsigned q = 1; q < n; ++q) s += cluster.map_shared_rank(acc, q)[k * kPerArray + idx];
+          if (c < a.cols) a.ws[(int64_t{k} * slots + slot) * a.cols + c] = s;
+        }
       }
-      cluster.sync();
+      cluster.sync();  // peers' shared memory stays until every rank has read it
     } else {
       __syncthreads();
-      slot = cta;
-    }
-    if (writer) {
-      const int64_t slots =
-          gridDim.x / (C::CLUSTER == 1 ? cg::this_cluster().num_blocks() : C::CLUSTER);
+      const int64_t slots = gridDim.x / C::CLUSTER;
       for (int64_t idx = threadIdx.x; idx < kPerGroup; idx += BLOCK) {
         const int l = static_cast<int>(idx % C::THREADS);
         const int j = static_cast<int>((idx / C::THREADS) % C::VEC);
@@ -711,7 +711,7 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
         if (c < a.cols)
 #pragma unroll
           for (int k = 0; k < kArrays; ++k)
-            a.ws[(k * slots + slot) * a.cols + c] = acc[k * kPerArray + idx];
+            a.ws[(k * slots + cta) * a.cols + c] = acc[k * kPerArray + idx];
       }
     }
   }
