@@ -24,7 +24,6 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "ops/bulk_copy.cuh"
 #include "ops/rows.cuh"
 #include "runtime/launch.cuh"
 
@@ -500,31 +499,6 @@ constexpr int bwd_min_blocks() {
   return OCC / C::BWD_BLOCK > 0 ? OCC / C::BWD_BLOCK : 1;
 }
 
-// Rows of packed 16-byte vectors below 1024 threads stream x and dy through a ring of
-// shared-memory rows (each thread's own 16-byte slots, filled by cp.async, so no barrier):
-// kBwdRingBytes per CTA keeps up to three rows ahead in flight where the register prefetch
-// held one (two CTAs per SM: the kernel read 0.92-0.93 of copy, short of the bytes in flight
-// the H200 needs). acc (the dw / db partials) reuses the ring's bytes after the rows.
-constexpr int kBwdRingBytes = 64 * 1024;
-template <class T, class C>
-constexpr bool bwd_ring() {
-  return C::THREADS < 1024 && PFrag<T, C::VEC>::kPacked;
-}
-template <class T, class C>
-constexpr int bwd_ring_rows() {  // stages of the ring: one row per group each
-  constexpr int per_row = 2 * C::ITEMS * C::BWD_BLOCK * 16;
-  constexpr int rows = kBwdRingBytes / per_row;
-  return rows < 2 ? 2 : rows > 4 ? 4 : rows;
-}
-template <class T, class C, Mode M>
-constexpr size_t bwd_smem_bytes() {
-  const size_t acc = size_t{acc_arrays<C, M>()} * C::kChunk * (C::BWD_BLOCK / C::THREADS) * 4;
-  const size_t ring = bwd_ring<T, C>() ? size_t{2} * C::ITEMS * C::BWD_BLOCK * 16 *
-                                             bwd_ring_rows<T, C>()
-                                       : 0;
-  return acc > ring ? acc : ring;
-}
-
 template <class T, class C, Mode M, int OCC = 512>
 __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
     norm_bwd_kernel(const NormArgs a) {
@@ -605,66 +579,18 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
 #pragma unroll
         for (int j = 0; j < C::VEC; ++j) acc_at(k, i, j) = 0.f;
   }
-  constexpr bool kRing = bwd_ring<T, C>();
-  constexpr int kRingRows = bwd_ring_rows<T, C>();
-  const int64_t stride = nctas * kGroups;
-  // Ring: [kRingRows][x, dy][ITEMS][BLOCK] 16-byte slots; thread t fills and reads slot t.
-  uint4* const ring = reinterpret_cast<uint4*>(acc) + threadIdx.x;
-  auto ring_at = [&](int stage, int tensor, int i) {
-    return ring + ((stage * 2 + tensor) * C::ITEMS + i) * BLOCK;
-  };
-  auto issue_row = [&](int64_t row, int stage) {  // one cp.async group per row
-    const bool on = row < a.rows;
-#pragma unroll
-    for (int i = 0; i < C::ITEMS; ++i) {
-      const int64_t c = col_of<C>(rank, i, lane);
-      const bool v = on && c < a.cols;  // else zero-filled
-      const int64_t r = v ? row : 0, cc = v ? c : 0;
-      detail::cp_async_16(ring_at(stage, 0, i), x + r * a.x_pitch + cc, v);
-      detail::cp_async_16(ring_at(stage, 1, i), dy + r * a.r_pitch + cc, v);
-    }
-    detail::cp_async_commit();
-  };
-  auto load_stats = [&](int64_t row, float& m, float& r) {
-    m = 0.f;
-    r = 0.f;
-    if (row < a.rows) {
-      r = a.rstd[row];
-      if constexpr (M != Mode::rms) m = a.mean[row];
-    }
-  };
-  int stage = 0;
-  if constexpr (kRing) {
-#pragma unroll
-    for (int k = 0; k + 1 < kRingRows; ++k) issue_row(cta * kGroups + group + k * stride, k);
-    load_stats(cta * kGroups + group, mu, rs);
-  } else if constexpr (!kLean) {
-    load_row(cta * kGroups + group, xf, gf, mu, rs);
-  }
+  if constexpr (!kLean) load_row(cta * kGroups + group, xf, gf, mu, rs);
   int phase = 0;
 #pragma unroll 1
-  for (int64_t base = cta * kGroups; base < a.rows; base += stride) {
+  for (int64_t base = cta * kGroups; base < a.rows; base += nctas * kGroups) {
     const int64_t row = base + group;
     const bool active = row < a.rows;
     PFrag<T, C::VEC> xn[C::ITEMS], gn[C::ITEMS];
     float mu_n = 0.f, rs_n = 0.f;
-    if constexpr (kRing) {
-      const int ahead = stage + kRingRows - 1;
-      issue_row(row + (kRingRows - 1) * stride, ahead >= kRingRows ? ahead - kRingRows : ahead);
-      load_stats(row + stride, mu_n, rs_n);
-      detail::cp_async_wait<kRingRows - 1>();  // this row's group has landed
-#pragma unroll
-      for (int i = 0; i < C::ITEMS; ++i) {
-        if constexpr (PFrag<T, C::VEC>::kPacked) {
-          xf[i].s = *ring_at(stage, 0, i);
-          gf[i].s = *ring_at(stage, 1, i);
-        }
-      }
-    } else if constexpr (kLean) {
+    if constexpr (kLean)
       load_row(row, xf, gf, mu, rs);
-    } else {
-      load_row(row + stride, xn, gn, mu_n, rs_n);
-    }
+    else
+      load_row(row + nctas * kGroups, xn, gn, mu_n, rs_n);
     float s_gx = 0.f, s_g = 0.f;
 #pragma unroll
     for (int i = 0; i < C::ITEMS; ++i) {
@@ -718,11 +644,7 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
         store_vals<T, C::VEC>(dx + row * a.y_pitch + c, a.cols - c, o);
       }
     }
-    if constexpr (kRing) {
-      mu = mu_n;
-      rs = rs_n;
-      stage = stage + 1 == kRingRows ? 0 : stage + 1;
-    } else if constexpr (!kLean) {
+    if constexpr (!kLean) {
 #pragma unroll
       for (int i = 0; i < C::ITEMS; ++i) {
         xf[i] = xn[i];
@@ -733,10 +655,6 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
     }
   }
   tile::allow_next_grid();  // the slot sums may start launching (they wait for our exit)
-  if constexpr (kRing) {  // acc reuses the ring: every thread's copies and reads are done
-    detail::cp_async_wait<0>();
-    __syncthreads();
-  }
   if constexpr (kArrays > 0) {
     if constexpr (!kLean) {
 #pragma unroll

@@ -95,7 +95,7 @@ template <class T, class C, Mode M, int OCC>
 int64_t bwd_slots(int64_t rows, int& cluster, unsigned& grid, size_t& smem) {
   constexpr int kGroups = C::BWD_BLOCK / C::THREADS;
   constexpr int kArrays = acc_arrays<C, M>();
-  smem = bwd_smem_bytes<T, C, M>();
+  smem = static_cast<size_t>(kArrays) * C::kChunk * kGroups * sizeof(float);
   auto kernel = norm_bwd_kernel<T, C, M, OCC>;
   if (smem > 48 * 1024)
     TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
