@@ -695,7 +695,8 @@ __global__ void __launch_bounds__(C::BWD_BLOCK, (bwd_min_blocks<C, OCC>()))
 #pragma unroll
         for (int k = 0; k < kArrays; ++k) {
           float s = cluster.map_shared_rank(acc, 0u)[k * kPerArray + idx];
-          for (unsigned q = 1; q < n; ++q) s += cluster.map_shared_rank(acc, q)[k * kPerArray + idx];
+          for (unsigned q = 1; q < n; ++q)
+            s += cluster.map_shared_rank(acc, q)[k * kPerArray + idx];
           if (c < a.cols) a.ws[(int64_t{k} * slots + slot) * a.cols + c] = s;
         }
       }
