@@ -34,6 +34,19 @@ using detail::mbar_init;
 using detail::mbar_init_fence;
 using detail::mbar_wait;
 
+// Cluster barrier halves without the release that cg's cluster.sync() / barrier_arrive() give
+// every thread (a memory barrier each). For arrivals that publish nothing, or whose one writer
+// fenced first (fence_cluster); the wait keeps its acquire.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void fence_cluster() {
+  asm volatile("fence.acq_rel.cluster;" ::: "memory");
+}
+
 constexpr int kStagedBlock = 256;
 constexpr int kStagedMaxStages = 8;
 constexpr int kStagedCluster = 8;           // the largest cluster the staged backward may use
@@ -370,10 +383,10 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
     part[0] = static_cast<float>(n);
     part[1] = local_mean;
     part[2] = kCentered ? m2 : s1;
-    asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    fence_cluster();
   }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
-                   : "memory");
+  cluster_arrive_relaxed();
+  cluster_wait();
   if (tid < 32) {  // lane r reads rank r's partial; fixed butterflies (deterministic)
     float pn = 0.f, pm = 0.f, pq = 0.f;
     if (tid < csize) {
@@ -398,7 +411,7 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   }
   __syncthreads();
   // Done reading peers' shared memory (the values are consumed: nothing to release).
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  cluster_arrive_relaxed();
   const float mean = stats[0], rstd = stats[1];
   if (rank == 0 && tid == 0) {
     if (a.rstd) a.rstd[row] = rstd;
@@ -794,8 +807,8 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
   }
   // No CTA leaves while a peer may still push into its stat_buf. Relaxed: nothing is published
   // through this barrier (cluster.sync's release waited for every dx / dw store to drain).
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
-                   : "memory");
+  cluster_arrive_relaxed();
+  cluster_wait();
 }
 
 // Launches the long-row backward when it applies (RMS / LN, f16/bf16, 16-byte aligned rows of
