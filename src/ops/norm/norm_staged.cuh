@@ -975,7 +975,10 @@ __global__ void __launch_bounds__(kGnBwdBlock)
       if (lane == 0) warp_part[c - ch_lo][warp] = t;
     }
     __syncthreads();
-    if (tid <= ch_hi - ch_lo) {
+    // The partials (and the zeros above, ordered by the CTA barrier) are published by warp 0
+    // alone (a cluster-scope fence, then relaxed arrives): cluster.sync() released in every
+    // thread, a memory barrier per warp (as the staged forward, session 31).
+    if (tid <= ch_hi - ch_lo) {  // warp 0 (< kGnBwdMaxSliceCh channels)
       float2 t = warp_part[tid][0];
 #pragma unroll
       for (int q = 1; q < kGnBwdWarps; ++q) {
@@ -984,7 +987,9 @@ __global__ void __launch_bounds__(kGnBwdBlock)
       }
       part[ch_lo + tid] = t;
     }
-    cluster.sync();
+    if (tid < 32) fence_cluster();
+    cluster_arrive_relaxed();
+    cluster_wait();
     // Row sums (every CTA alike) and, by rank 0, the per-(n, c) dw/db partials. The peers'
     // partials are all requested before any is added (a dependent chain of distributed
     // shared-memory reads cost a remote latency per rank).
@@ -1031,7 +1036,10 @@ __global__ void __launch_bounds__(kGnBwdBlock)
     __syncthreads();  // every thread is done with stage s (and w_slice): refill it
     if (tid == 0) issue(k + kGnBwdStages, s);
   }
-  cluster.sync();  // no CTA leaves while a peer may still read its partials
+  // No CTA leaves while a peer may still read its partials (the reads' values are consumed:
+  // nothing to release).
+  cluster_arrive_relaxed();
+  cluster_wait();
 }
 
 // Launches the staged GroupNorm backward when it applies (16-byte aligned, hw % VEC == 0, rows
