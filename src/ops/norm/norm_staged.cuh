@@ -778,32 +778,40 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     __syncthreads();
     write_dx(mine - 1, ps);
   }
-  // This CTA's columns of the cluster's slot, as 16-byte stores (cols % VEC == 0, the slice
-  // offset a multiple of VEC; the scratch is cudaMallocAsync'd): one float per 4-byte store had
-  // each warp instruction touch 32 sectors, and the tail after the last row took 19 us (RMS) /
-  // 36 us (LayerNorm) of a ~150 us kernel (clock64 instrumentation, H200). The slice offset is
-  // re-read here (volatile): a pointer kept from before the row loop spilled (LayerNorm KV 2, at
-  // the 64-register cap).
+  // This CTA's columns of the cluster's slot, transposed through the (now idle) ring so that
+  // a warp stores 512 contiguous bytes: a thread's own 8 floats per vector, stored directly,
+  // left each 32-byte sector to several instructions (ptxas split half of the 16-byte stores
+  // into 4-byte ones at the 64-register cap). Those stores and the cluster wait behind them drew
+  // 17 % of the LayerNorm kernel's stall samples (Nsight Compute, H200, session 31's profile).
+  // The slice offset is re-read here (volatile): a pointer kept from before the row loop
+  // spilled (LayerNorm KV 2, at the 64-register cap).
   static_assert(VEC % 4 == 0, "16-bit rows: 8 floats per vector");
-  const int64_t col0 = int64_t{long_bwd::cluster_rank()} * chunk;
-  const int64_t slot = row0, slots = step;
+  float* const acc_smem = reinterpret_cast<float*>(long_ring);  // [kArrays][chunk]
+  __syncthreads();  // every thread is done with the ring (the last row's dx)
 #pragma unroll
   for (int q = 0; q < KV; ++q) {
     const int v = tid + q * kLongBwdBlock;
     if (v >= nv) continue;
-    const int64_t c = col0 + int64_t{v} * VEC;
-    float4* const pw = reinterpret_cast<float4*>(a.ws + slot * a.cols + c);
 #pragma unroll
-    for (int j = 0; j < VEC / 4; ++j)
-      pw[j] = make_float4(acc_w[q][4 * j], acc_w[q][4 * j + 1], acc_w[q][4 * j + 2],
-                          acc_w[q][4 * j + 3]);
-    if constexpr (kArrays >= 2) {
-      float4* const pb = reinterpret_cast<float4*>(a.ws + (slots + slot) * a.cols + c);
-#pragma unroll
-      for (int j = 0; j < VEC / 4; ++j)
-        pb[j] = make_float4(acc_b[q][4 * j], acc_b[q][4 * j + 1], acc_b[q][4 * j + 2],
-                            acc_b[q][4 * j + 3]);
+    for (int j = 0; j < VEC / 4; ++j) {
+      reinterpret_cast<float4*>(acc_smem + v * VEC)[j] =
+          make_float4(acc_w[q][4 * j], acc_w[q][4 * j + 1], acc_w[q][4 * j + 2],
+                      acc_w[q][4 * j + 3]);
+      if constexpr (kArrays >= 2)
+        reinterpret_cast<float4*>(acc_smem + chunk + v * VEC)[j] =
+            make_float4(acc_b[q][4 * j], acc_b[q][4 * j + 1], acc_b[q][4 * j + 2],
+                        acc_b[q][4 * j + 3]);
     }
+  }
+  __syncthreads();
+  const int64_t col0 = int64_t{long_bwd::cluster_rank()} * chunk;
+  const int64_t slot = row0, slots = step;
+  const int n4 = nv * (VEC / 4);  // float4s per array (the ws rows are 32-byte aligned here)
+  float4* const pw = reinterpret_cast<float4*>(a.ws + slot * a.cols + col0);
+  float4* const pb = reinterpret_cast<float4*>(a.ws + (slots + slot) * a.cols + col0);
+  for (int i = tid; i < n4; i += kLongBwdBlock) {
+    pw[i] = reinterpret_cast<const float4*>(acc_smem)[i];
+    if constexpr (kArrays >= 2) pb[i] = reinterpret_cast<const float4*>(acc_smem + chunk)[i];
   }
   // No CTA leaves while a peer may still push into its stat_buf. Relaxed: nothing is published
   // through this barrier (cluster.sync's release waited for every dx / dw store to drain).
