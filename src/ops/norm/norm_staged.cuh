@@ -183,33 +183,50 @@ __global__ void __launch_bounds__(kStagedBlock)
   }
   tile::allow_next_grid();  // sum_slots_kernel may start launching (it waits for our exit)
   // Partials: this CTA's columns into its (now idle) ring, rank 0 adds the cluster's in rank
-  // order and writes the cluster's slot.
+  // order and writes the cluster's slot, as 16-byte shared / global accesses (4-byte shared
+  // stores at a 32-byte thread stride were 8-way bank conflicts, 16 or 32 per thread, with 3
+  // CTAs per SM ending together). A one-CTA cluster (the default) takes CTA barriers:
+  // cluster.sync() released in every thread, a memory barrier behind the last row's dx stores.
+  static_assert(VEC % 4 == 0, "16-bit rows: 8 floats per vector");
   __syncthreads();
-  float* part = reinterpret_cast<float*>(ring);  // [kArrays][cols]
+  float4* const part = reinterpret_cast<float4*>(ring);  // [kArrays][cols / 4]
+  const int c4n = ncols / 4;
 #pragma unroll
   for (int q = 0; q < KV; ++q) {
     const int v = tid + q * kStagedBlock;
     if (v >= nv) continue;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      part[int64_t{v} * VEC + j] = acc_w[q][j];
-      if constexpr (kArrays >= 2) part[a.cols + int64_t{v} * VEC + j] = acc_b[q][j];
+    for (int j = 0; j < VEC / 4; ++j) {
+      part[v * (VEC / 4) + j] = make_float4(acc_w[q][4 * j], acc_w[q][4 * j + 1],
+                                            acc_w[q][4 * j + 2], acc_w[q][4 * j + 3]);
+      if constexpr (kArrays >= 2)
+        part[c4n + v * (VEC / 4) + j] = make_float4(acc_b[q][4 * j], acc_b[q][4 * j + 1],
+                                                    acc_b[q][4 * j + 2], acc_b[q][4 * j + 3]);
     }
   }
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
+  const unsigned n = cluster.num_blocks();
+  if (n == 1)
+    __syncthreads();
+  else
+    cluster.sync();
   if (cluster.block_rank() == 0) {
-    const unsigned n = cluster.num_blocks();
     const int64_t slot = blockIdx.x / n, slots = gridDim.x / n;
-    for (int64_t c = tid; c < a.cols; c += kStagedBlock)
+    for (int c = tid; c < c4n; c += kStagedBlock)
 #pragma unroll
       for (int k = 0; k < kArrays; ++k) {
-        float sum = part[k * a.cols + c];
-        for (unsigned r = 1; r < n; ++r) sum += cluster.map_shared_rank(part, r)[k * a.cols + c];
-        a.ws[(k * slots + slot) * a.cols + c] = sum;
+        float4 sum = part[k * c4n + c];
+        for (unsigned r = 1; r < n; ++r) {
+          const float4 p = cluster.map_shared_rank(part, r)[k * c4n + c];
+          sum.x += p.x;
+          sum.y += p.y;
+          sum.z += p.z;
+          sum.w += p.w;
+        }
+        reinterpret_cast<float4*>(a.ws + (k * slots + slot) * a.cols)[c] = sum;
       }
   }
-  cluster.sync();  // no CTA leaves while rank 0 reads its shared memory
+  if (n > 1) cluster.sync();  // no CTA leaves while rank 0 reads its shared memory
 }
 
 // Launches the staged backward when it applies (RMS / LN without dh, f16/bf16, 16-byte
