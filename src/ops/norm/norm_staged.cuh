@@ -185,8 +185,9 @@ __global__ void __launch_bounds__(kStagedBlock)
   // Partials: this CTA's columns into its (now idle) ring, rank 0 adds the cluster's in rank
   // order and writes the cluster's slot, as 16-byte shared / global accesses (4-byte shared
   // stores at a 32-byte thread stride were 8-way bank conflicts, 16 or 32 per thread, with 3
-  // CTAs per SM ending together). A one-CTA cluster (the default) takes CTA barriers:
-  // cluster.sync() released in every thread, a memory barrier behind the last row's dx stores.
+  // CTAs per SM ending together). The cluster barriers are relaxed, the partials published by
+  // one fence, and a one-CTA cluster skips them: cluster.sync() released in every thread, a
+  // memory barrier behind the last row's dx stores.
   static_assert(VEC % 4 == 0, "16-bit rows: 8 floats per vector");
   __syncthreads();
   float4* const part = reinterpret_cast<float4*>(ring);  // [kArrays][cols / 4]
@@ -206,10 +207,12 @@ __global__ void __launch_bounds__(kStagedBlock)
   }
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned n = cluster.num_blocks();
-  if (n == 1)
-    __syncthreads();
-  else
-    cluster.sync();
+  __syncthreads();
+  if (n > 1) {  // the partials published by one fence (the CTA barrier ordered them before it)
+    if (tid == 0) fence_cluster();
+    cluster_arrive_relaxed();
+    cluster_wait();
+  }
   if (cluster.block_rank() == 0) {
     const int64_t slot = blockIdx.x / n, slots = gridDim.x / n;
     for (int c = tid; c < c4n; c += kStagedBlock)
@@ -226,7 +229,10 @@ __global__ void __launch_bounds__(kStagedBlock)
         reinterpret_cast<float4*>(a.ws + (k * slots + slot) * a.cols)[c] = sum;
       }
   }
-  if (n > 1) cluster.sync();  // no CTA leaves while rank 0 reads its shared memory
+  if (n > 1) {  // no CTA leaves while rank 0 reads its shared memory (nothing to publish)
+    cluster_arrive_relaxed();
+    cluster_wait();
+  }
 }
 
 // Launches the staged backward when it applies (RMS / LN without dh, f16/bf16, 16-byte
@@ -257,12 +263,16 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
       static const int cluster_req = [] {
         const char* e = std::getenv("TESSEL_NORM_BWD_CLUSTER");
         const int v = e ? std::atoi(e) : 0;
-        // Default 1 (H100, 16384 x 4096 bf16, same run: RMS 0.871 / 0.892 / 0.897 / 0.877 and
-        // LN 0.808 / 0.874 / 0.858 / 0.837 of copy for clusters of 8 / 1 / 2 / 4; H200, two
-        // rounds: RMS 0.899 / 0.901 at 1, 0.890 / 0.885 at 2, 0.837 / 0.842 at 4; LN 0.842 /
-        // 0.807 / 0.742).
+        // Default 2 since the slot partials became 16-byte accesses behind relaxed cluster
+        // barriers (H200, 16384 x 4096 bf16, five alternating rounds over two calls, the first
+        // two before the barriers were relaxed: RMS 0.887-0.899 at 1, 0.901-0.915 at 2;
+        // LayerNorm 0.888-0.900 / 0.898-0.907). Half the
+        // slots: half the partial bytes written and summed. Before that change 1 was best (H100,
+        // same run: RMS 0.871 / 0.892 / 0.897 / 0.877 and LN 0.808 / 0.874 / 0.858 / 0.837 of
+        // copy for clusters of 8 / 1 / 2 / 4; H200, two rounds: RMS 0.899 / 0.901 at 1, 0.890 /
+        // 0.885 at 2, 0.837 / 0.842 at 4; LN 0.842 / 0.807 / 0.742).
         const bool ok = v >= 1 && v <= kStagedCluster && (v & (v - 1)) == 0;
-        return ok ? v : 1;
+        return ok ? v : 2;
       }();
       int cluster = a.rows >= cluster_req ? cluster_req : 1;
       int64_t resident = max_active_clusters(kernel, kStagedBlock, smem, cluster);
