@@ -47,6 +47,21 @@ __device__ __forceinline__ void fence_cluster() {
   asm volatile("fence.acq_rel.cluster;" ::: "memory");
 }
 
+// Channel of element e (< 2^31) without a division: e / hw = (umulhi(e, magic) + e) >> shift
+// (round-up reciprocal; exact for e < 2^31). In the GroupNorm loops the division sequence per
+// 16-byte vector cost more than the vector's arithmetic.
+struct ChannelDiv {
+  uint32_t magic;
+  int shift;
+  __device__ explicit ChannelDiv(uint32_t hw) {
+    shift = 32 - __clz(static_cast<int>(hw - 1u));
+    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - hw)) / hw + 1u);
+  }
+  __device__ int operator()(uint32_t e) const {
+    return static_cast<int>((__umulhi(e, magic) + e) >> shift);
+  }
+};
+
 constexpr int kStagedBlock = 256;
 constexpr int kStagedMaxStages = 8;
 constexpr int kStagedCluster = 8;           // the largest cluster the staged backward may use
@@ -324,6 +339,7 @@ constexpr int kFwdClusterMax = 8;  // GroupNorm (its backward reads the peers in
 constexpr int kFwdLongClusterMax = 16;
 constexpr int64_t kFwdSliceTarget = 32 * 1024;
 constexpr int64_t kFwdSliceMax = 200 * 1024;
+constexpr int kGnFwdSliceCh = 64;  // GroupNorm channels per slice with a shared (scale, shift)
 
 struct StagedRed {  // row_sum2's view of the staged forward's CTA (one slice)
   static constexpr int THREADS = kFwdBlock;
@@ -341,6 +357,8 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   __shared__ RedSmem red;
   __shared__ float part[3];   // (count, mean, M2) or (count, -, Σx²) of this CTA's slice
   __shared__ float stats[2];  // the row's (mean, rstd)
+  // GroupNorm: (scale, shift) of the slice's channels, when it touches <= kGnFwdSliceCh
+  __shared__ float2 ch_coef[M == Mode::gn ? kGnFwdSliceCh : 1];
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int csize = static_cast<int>(cluster.num_blocks());
@@ -351,6 +369,20 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   const int nv = n / VEC;
   const int piece_v = (nv + kFwdPieces - 1) / kFwdPieces;
   const int tid = threadIdx.x;
+  // GroupNorm: the slice's channels [ch_lo, ch_lo + n_ch) and their weight / bias, requested
+  // now (one thread per channel) and used after the statistics.
+  int ch_lo = 0, n_ch = 0;
+  float w_ch = 0.f, b_ch = 0.f;
+  if constexpr (M == Mode::gn) {
+    const int hw = static_cast<int>(a.hw), base_i = static_cast<int>(base);
+    ch_lo = n > 0 ? base_i / hw : 0;
+    n_ch = n > 0 ? (base_i + n - 1) / hw - ch_lo + 1 : 0;
+    const int64_t g0 = (row % a.groups) * a.cpg + ch_lo;
+    if (n_ch <= kGnFwdSliceCh && tid < n_ch) {
+      w_ch = to_f32(static_cast<const T*>(a.w)[g0 + tid]);
+      if (a.b != nullptr) b_ch = to_f32(static_cast<const T*>(a.b)[g0 + tid]);
+    }
+  }
   if (tid == 0) {
 #pragma unroll
     for (int p = 0; p < kFwdPieces; ++p) mbar_init(&bar[p], 1);
@@ -447,10 +479,33 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   }
   T* yr = static_cast<T*>(a.y) + row * a.y_pitch + base;
   if constexpr (M == Mode::gn) {
-    // One channel per vector (hw % VEC == 0): scale and shift folded per vector.
+    // One channel per vector (hw % VEC == 0). Up to kGnFwdSliceCh channels per slice: each
+    // vector takes its channel's (scale, shift) from shared memory, the channel by a multiply.
+    // The per-vector division and the two dependent 2-byte weight / bias loads this replaces
+    // (kept below for slices of more channels) cost more than the vector's arithmetic.
+    const int hw = static_cast<int>(a.hw), base_i = static_cast<int>(base);
+    if (n_ch <= kGnFwdSliceCh) {
+      if (tid < n_ch) {
+        const float scale = rstd * w_ch;
+        ch_coef[tid] = make_float2(scale, b_ch - mean * scale);
+      }
+      __syncthreads();
+      const ChannelDiv channel_of(static_cast<uint32_t>(hw));
+#pragma unroll 2
+      for (int v = tid; v < nv; v += kFwdBlock) {
+        PFrag<T, VEC> f;
+        f.load(slice + v * VEC, VEC);
+        const float2 c = ch_coef[channel_of(static_cast<uint32_t>(base_i + v * VEC)) - ch_lo];
+        Frag<T, VEC> o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(fmaf(f.at(j), c.x, c.y));
+        store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
+      }
+      cluster.barrier_wait();
+      return;
+    }
     const T* w = static_cast<const T*>(a.w) + (row % a.groups) * a.cpg;
     const T* b = a.b != nullptr ? static_cast<const T*>(a.b) + (row % a.groups) * a.cpg : nullptr;
-    const int hw = static_cast<int>(a.hw), base_i = static_cast<int>(base);
 #pragma unroll 2
     for (int v = tid; v < nv; v += kFwdBlock) {
       PFrag<T, VEC> f;
@@ -943,14 +998,10 @@ __global__ void __launch_bounds__(kGnBwdBlock)
   // Channels of this slice: [ch_lo, ch_hi], the same for every row.
   const int ch_lo = n > 0 ? base / hw : 0;
   const int ch_hi = n > 0 ? (base + n - 1) / hw : -1;
-  // Channel of element e (< 2^30) without a division per vector: e / hw = (umulhi(e, magic) +
-  // e) >> shift (round-up reciprocal; exact for e < 2^31). The H200 runs this loop at its
-  // issue limit: the division sequence and the dependent weight load per 16-byte vector
-  // it replaces cost more than the vector's arithmetic.
-  const uint32_t hw_u = static_cast<uint32_t>(hw);
-  const int div_shift = 32 - __clz(hw_u - 1u);
-  const uint32_t div_magic = static_cast<uint32_t>(
-      ((uint64_t{1} << 32) * ((uint64_t{1} << div_shift) - hw_u)) / hw_u + 1u);
+  // Channel of element e (< 2^30) by a multiply (ChannelDiv). The H200 runs the dx loop at its
+  // issue limit: the division sequence and the dependent weight load per 16-byte vector it
+  // replaces cost more than the vector's arithmetic.
+  const ChannelDiv channel_of(static_cast<uint32_t>(hw));
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kGnBwdStages; ++s) mbar_init(&full[s], 1);
@@ -1060,7 +1111,7 @@ __global__ void __launch_bounds__(kGnBwdBlock)
       xf.load(xs + v * VEC, VEC);
       gf.load(gs + v * VEC, VEC);
       const uint32_t e = static_cast<uint32_t>(base + v * VEC);
-      const int ch = static_cast<int>((__umulhi(e, div_magic) + e) >> div_shift);
+      const int ch = channel_of(e);
       const float rw = w_slice[ch - ch_lo];
       Frag<T, VEC> o;
 #pragma unroll

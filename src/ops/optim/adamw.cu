@@ -80,13 +80,15 @@ __device__ __forceinline__ void run_tile(const Entry& e, int64_t t0, const Hyper
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) hp.update(p.v[j], to_f32(g.v[j]), m.v[j], v.v[j]);
-      store_frag<4>(e.m + i, m);
-      store_frag<4>(e.v + i, v);
-      if (e.master != nullptr) store_frag<4>(e.master + i, p);
+      // store_frag_global: with the scalar tail loop below storing the same arrays, LLVM split
+      // the first unrolled iteration's plain 16-byte stores into 4-byte ones (SASS, session 32).
+      store_frag_global<4>(e.m + i, m);
+      store_frag_global<4>(e.v + i, v);
+      if (e.master != nullptr) store_frag_global<4>(e.master + i, p);
       Frag<P, 4> po;
 #pragma unroll
       for (int j = 0; j < 4; ++j) po.v[j] = from_f32<P>(p.v[j]);
-      store_frag<4>(pp + i, po);
+      store_frag_global<4>(pp + i, po);
     }
     return;
   }
