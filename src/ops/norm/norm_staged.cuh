@@ -281,11 +281,11 @@ bool launch_bwd_staged(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t
         // Default 2 since the slot partials became 16-byte accesses behind relaxed cluster
         // barriers (H200, 16384 x 4096 bf16, five alternating rounds over two calls, the first
         // two before the barriers were relaxed: RMS 0.887-0.899 at 1, 0.901-0.915 at 2;
-        // LayerNorm 0.888-0.900 / 0.898-0.907). Half the
-        // slots: half the partial bytes written and summed. Before that change 1 was best (H100,
-        // same run: RMS 0.871 / 0.892 / 0.897 / 0.877 and LN 0.808 / 0.874 / 0.858 / 0.837 of
-        // copy for clusters of 8 / 1 / 2 / 4; H200, two rounds: RMS 0.899 / 0.901 at 1, 0.890 /
-        // 0.885 at 2, 0.837 / 0.842 at 4; LN 0.842 / 0.807 / 0.742).
+        // LayerNorm 0.888-0.900 / 0.898-0.907). Half the slots: half the partial bytes written
+        // and summed. Before that change 1 was best (H100, same run: RMS 0.871 / 0.892 / 0.897
+        // / 0.877 and LN 0.808 / 0.874 / 0.858 / 0.837 of copy for clusters of 8 / 1 / 2 / 4;
+        // H200, two rounds: RMS 0.899 / 0.901 at 1, 0.890 / 0.885 at 2, 0.837 / 0.842 at 4; LN
+        // 0.842 / 0.807 / 0.742).
         const bool ok = v >= 1 && v <= kStagedCluster && (v & (v - 1)) == 0;
         return ok ? v : 2;
       }();
@@ -876,13 +876,11 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     if (v >= nv) continue;
 #pragma unroll
     for (int j = 0; j < VEC / 4; ++j) {
-      reinterpret_cast<float4*>(acc_smem + v * VEC)[j] =
-          make_float4(acc_w[q][4 * j], acc_w[q][4 * j + 1], acc_w[q][4 * j + 2],
-                      acc_w[q][4 * j + 3]);
+      reinterpret_cast<float4*>(acc_smem + v * VEC)[j] = make_float4(
+          acc_w[q][4 * j], acc_w[q][4 * j + 1], acc_w[q][4 * j + 2], acc_w[q][4 * j + 3]);
       if constexpr (kArrays >= 2)
-        reinterpret_cast<float4*>(acc_smem + chunk + v * VEC)[j] =
-            make_float4(acc_b[q][4 * j], acc_b[q][4 * j + 1], acc_b[q][4 * j + 2],
-                        acc_b[q][4 * j + 3]);
+        reinterpret_cast<float4*>(acc_smem + chunk + v * VEC)[j] = make_float4(
+            acc_b[q][4 * j], acc_b[q][4 * j + 1], acc_b[q][4 * j + 2], acc_b[q][4 * j + 3]);
     }
   }
   __syncthreads();
@@ -1063,7 +1061,8 @@ __global__ void __launch_bounds__(kGnBwdBlock)
     __syncthreads();
     // The partials (and the zeros above, ordered by the CTA barrier) are published by warp 0
     // alone (a cluster-scope fence, then relaxed arrives): cluster.sync() released in every
-    // thread, a memory barrier per warp (as the staged forward, session 31).
+    // thread, a memory barrier per warp (as the staged forward, session 31). The fence still
+    // compiles to MEMBAR.ALL.GPU behind warp 0's dx stores of the previous row.
     if (tid <= ch_hi - ch_lo) {  // warp 0 (< kGnBwdMaxSliceCh channels)
       float2 t = warp_part[tid][0];
 #pragma unroll
