@@ -512,6 +512,8 @@ const GnCase kGnCases[] = {
     {{1, 7, 48, 48}, 7},  // cpg 1: rows of 2304, odd n*G
     {{3, 6, 4104}, 3},    // cpg 2, rows 8208, odd slices
     {{2, 4096, 8}, 2},    // cpg 2048 of hw 8: staged forward, register backward
+    {{2, 128, 32}, 2},    // one slice of exactly 64 channels: the forward's channel table
+    {{2, 130, 32}, 2},    // 65 channels in one slice: the forward's per-vector weight loads
     // more rows than resident clusters: the staged backward's clusters loop over rows
     {{16, 128, 64, 64}, 16},  // 256 rows of 32768 (4-8 CTAs per row)
     {{600, 4, 2048}, 2},      // 1200 rows of 4096 (one CTA per row)
