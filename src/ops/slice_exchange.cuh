@@ -29,17 +29,21 @@ __device__ __forceinline__ unsigned take_slice_ticket(unsigned* sync) {
   return atomicAdd(&sync[0], 1u);
 }
 
-// Thread 0: publish this slice's partial and wait until all `slices` of `row` have.
+// Thread 0: publish this slice's partial and wait until all `slices` of `row` have; sleep_ns > 0
+// sleeps between polls (A/B knob).
 __device__ __forceinline__ void post_slice_and_wait(unsigned* sync, float4* part, int64_t row,
-                                                    int slices, int rank, float4 v) {
+                                                    int slices, int rank, float4 v,
+                                                    int sleep_ns = 0) {
   part[row * slices + rank] = v;
   __threadfence();
   unsigned* arrivals = sync + 1 + row;
   atomicAdd(arrivals, 1u);
   unsigned seen;
-  do {
+  for (;;) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
-  } while (seen < static_cast<unsigned>(slices));
+    if (seen >= static_cast<unsigned>(slices)) break;
+    if (sleep_ns > 0) __nanosleep(static_cast<unsigned>(sleep_ns));
+  }
 }
 
 // Lane r < slices of any thread after the CTA barrier that follows post_slice_and_wait: slice

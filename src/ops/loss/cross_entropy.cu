@@ -517,7 +517,8 @@ __global__ void __launch_bounds__(kClusterBlock)
 // bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster (docs/loss_optim.md, session 26).
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock)
-    ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync) {
+    ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync,
+                       int sleep_ns) {
   extern __shared__ __align__(128) unsigned char slice_raw[];
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
@@ -535,7 +536,8 @@ __global__ void __launch_bounds__(kClusterBlock)
   if (threadIdx.x == 0)
     post_slice_and_wait(
         sync, part, row, slices, rank,
-        make_float4(sr.m, sr.s, sr.sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f));
+        make_float4(sr.m, sr.s, sr.sx, t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f),
+        sleep_ns);
   __syncthreads();
   if (threadIdx.x < 32) {
     const float4 p =
@@ -808,11 +810,16 @@ bool try_exchange(const CeArgs& a, cudaStream_t stream) {
     cudaGetLastError();
     return false;
   }
+  // TESSEL_CE_SPIN_NS: nanoseconds slept between polls of the row's arrival counter (A/B).
+  static const int sleep_ns = [] {
+    const char* e = std::getenv("TESSEL_CE_SPIN_NS");
+    return e != nullptr ? std::max(0, std::min(std::atoi(e), 100000)) : 0;
+  }();
   // Own scratch: the caller's count / row losses live in stream_workspace.
   const SliceExchange ex(a.rows, slices, stream);
-  ce_exchange_kernel<T>
-      <<<static_cast<unsigned>(a.rows * slices), kClusterBlock, static_cast<size_t>(smem),
-         stream>>>(a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync);
+  ce_exchange_kernel<T><<<static_cast<unsigned>(a.rows * slices), kClusterBlock,
+                          static_cast<size_t>(smem), stream>>>(
+      a, static_cast<int>(chunk), static_cast<int>(slices), ex.part, ex.sync, sleep_ns);
   return true;
 }
 

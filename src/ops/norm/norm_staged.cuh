@@ -966,19 +966,26 @@ constexpr int kGnBwdStages = 2;
 // Persistent: a cluster handles rows row0, row0 + step, ...; its CTAs keep the same column
 // slice, staged in a 2-deep ring (the next row's x and dy land while this one is reduced and
 // written; one row per short-lived cluster measured 0.76-0.79 of copy bandwidth at
-// 32x512x64x64 bf16). The channel partials are double-buffered by row parity: a CTA rewrites
-// a buffer only after the cluster barrier that follows the peers' reads of it.
+// 32x512x64x64 bf16).
+// Exchange without a cluster barrier: warp 0 pushes the CTA's channel partials into every
+// peer's recv[k % 2][rank] with st.async, completing on the peer's recv_bar[k % 2]; each CTA
+// waits for the row's bytes from all ranks and sums a channel's partials from local shared
+// memory in rank order. The per-row barrier it replaces put a fence (MEMBAR.ALL.GPU, behind
+// warp 0's dx stores of the previous row) and a DSMEM gather per channel on every row's path.
+// A parity buffer is pushed again (row k + 2) only after every peer has pushed row k + 1, which
+// each does after reading row k: the receiver's reads are done by then.
 template <class T>
-__global__ void __launch_bounds__(kGnBwdBlock)
+__global__ void __launch_bounds__(kGnBwdBlock, 3)
     gn_bwd_staged_kernel(const NormArgs a, int chunk, float* __restrict__ ch_ws, int64_t nc) {
   constexpr int VEC = kVec16<T>;
   extern __shared__ __align__(128) unsigned char gn_smem[];
   T* const ring = reinterpret_cast<T*>(gn_smem);
   auto x_stage = [&](int s) { return ring + int64_t{s} * 2 * chunk; };
   auto g_stage = [&](int s) { return ring + (int64_t{s} * 2 + 1) * chunk; };
-  // [2][cpg]: this CTA's (A, B) per channel of the row, by row parity
-  float2* const parts = reinterpret_cast<float2*>(ring + int64_t{kGnBwdStages} * 2 * chunk);
   __shared__ uint64_t full[kGnBwdStages];
+  __shared__ uint64_t recv_bar[2];  // row parity
+  // [row parity][sender rank][sender's slice channel]: the peers' (A, B) partials
+  __shared__ __align__(16) float2 recv[2][kFwdClusterMax][kGnBwdMaxSliceCh];
   __shared__ float2 warp_part[kGnBwdMaxSliceCh][kGnBwdWarps];
   __shared__ float w_slice[kGnBwdMaxSliceCh];  // rstd * w of the slice's channels, this row
   __shared__ RedSmem red;
@@ -1000,12 +1007,26 @@ __global__ void __launch_bounds__(kGnBwdBlock)
   // issue limit: the division sequence and the dependent weight load per 16-byte vector it
   // replaces cost more than the vector's arithmetic.
   const ChannelDiv channel_of(static_cast<uint32_t>(hw));
+  // Rank r's slice: channels [r_lo(r), r_lo(r) + r_nch(r)), kept in shared memory (rank_ch);
+  // the bytes each row brings.
+  __shared__ int2 rank_ch[kFwdClusterMax];
+  auto r_lo = [&](int r) { return r * chunk / hw; };
+  auto r_nch = [&](int r) {
+    const int nr = min(cols - r * chunk, chunk);
+    return nr <= 0 ? 0 : (r * chunk + nr - 1) / hw - r * chunk / hw + 1;
+  };
+  if (tid < kFwdClusterMax)
+    rank_ch[tid] = tid < csize ? make_int2(r_lo(tid), r_nch(tid)) : make_int2(0, 0);
+  uint32_t recv_bytes = 0;
+  for (int r = 0; r < csize; ++r) recv_bytes += static_cast<uint32_t>(r_nch(r)) * sizeof(float2);
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kGnBwdStages; ++s) mbar_init(&full[s], 1);
+    mbar_init(&recv_bar[0], 1);
+    mbar_init(&recv_bar[1], 1);
     mbar_init_fence();
   }
-  __syncthreads();
+  cluster.sync();  // peers push into recv / recv_bar: initialized everywhere first
   auto issue = [&](int64_t k, int s) {  // the cluster's k-th row into stage s = k % kGnBwdStages
     if (k >= mine) return;
     const int64_t row = row0 + k * step;
@@ -1017,8 +1038,11 @@ __global__ void __launch_bounds__(kGnBwdBlock)
                     &full[s]);
     }
   };
-  if (tid == 0)
+  if (tid == 0) {
     for (int k = 0; k < kGnBwdStages; ++k) issue(k, k);
+    for (int b = 0; b < 2; ++b)  // rows 0 and 1: this arrival plus the peers' bytes
+      if (b < mine) mbar_arrive_expect_tx(&recv_bar[b], recv_bytes);
+  }
   const float inv_n = 1.f / static_cast<float>(cols);
   int phase = 0;
   // The row's group (row % groups) kept incrementally: no 64-bit modulo per row.
@@ -1029,7 +1053,7 @@ __global__ void __launch_bounds__(kGnBwdBlock)
     const int64_t row = row0 + k * step;
     const int s = static_cast<int>(k) & (kGnBwdStages - 1);
     static_assert((kGnBwdStages & (kGnBwdStages - 1)) == 0, "stage index by mask");
-    float2* const part = parts + (k & 1) * cpg;
+    const int b = static_cast<int>(k & 1);
     const float mean = a.mean[row], rstd = a.rstd[row];
     const T* w = static_cast<const T*>(a.w) + grp * cpg;
     grp += grp_step;
@@ -1037,7 +1061,6 @@ __global__ void __launch_bounds__(kGnBwdBlock)
     const float w_first = tid < cpg ? to_f32(w[tid]) : 0.f;  // loaded before the waits
     // Past the previous row's closing barrier: nobody reads w_slice any more.
     if (tid <= ch_hi - ch_lo) w_slice[tid] = rstd * to_f32(w[ch_lo + tid]);
-    for (int c = tid; c < cpg; c += kGnBwdBlock) part[c] = make_float2(0.f, 0.f);
     mbar_wait(&full[s], static_cast<uint32_t>(k / kGnBwdStages) & 1u);
     const T* xs = x_stage(s);
     const T* gs = g_stage(s);
@@ -1059,36 +1082,30 @@ __global__ void __launch_bounds__(kGnBwdBlock)
       if (lane == 0) warp_part[c - ch_lo][warp] = t;
     }
     __syncthreads();
-    // The partials (and the zeros above, ordered by the CTA barrier) are published by warp 0
-    // alone (a cluster-scope fence, then relaxed arrives): cluster.sync() released in every
-    // thread, a memory barrier per warp (as the staged forward, session 31). The fence still
-    // compiles to MEMBAR.ALL.GPU behind warp 0's dx stores of the previous row.
-    if (tid <= ch_hi - ch_lo) {  // warp 0 (< kGnBwdMaxSliceCh channels)
+    if (tid <= ch_hi - ch_lo) {  // warp 0 (< kGnBwdMaxSliceCh channels): push to every rank
       float2 t = warp_part[tid][0];
 #pragma unroll
       for (int q = 1; q < kGnBwdWarps; ++q) {
         t.x += warp_part[tid][q].x;
         t.y += warp_part[tid][q].y;
       }
-      part[ch_lo + tid] = t;
+      for (int r = 0; r < csize; ++r)
+        long_bwd::st_async_f2(&recv[b][rank][tid], &recv_bar[b], static_cast<uint32_t>(r), t);
     }
-    if (tid < 32) fence_cluster();
-    cluster_arrive_relaxed();
-    cluster_wait();
-    // Row sums (every CTA alike) and, by rank 0, the per-(n, c) dw/db partials. The peers'
-    // partials are all requested before any is added (a dependent chain of distributed
-    // shared-memory reads cost a remote latency per rank).
+    mbar_wait(&recv_bar[b], static_cast<uint32_t>(k >> 1) & 1u);
+    // Row sums (every CTA alike) and, by rank 0, the per-(n, c) dw/db partials: channel c's
+    // partials from the ranks whose slices touch it, in rank order.
     float s_gx = 0.f, s_g = 0.f;
     for (int c = tid; c < cpg; c += kGnBwdBlock) {
-      float2 p[kFwdClusterMax];
+      float2 t = make_float2(0.f, 0.f);
 #pragma unroll
-      for (int r = 0; r < kFwdClusterMax; ++r)
-        p[r] = r < csize ? cluster.map_shared_rank(part, r)[c] : make_float2(0.f, 0.f);
-      float2 t = p[0];
-#pragma unroll
-      for (int r = 1; r < kFwdClusterMax; ++r) {
-        t.x += p[r].x;
-        t.y += p[r].y;
+      for (int r = 0; r < kFwdClusterMax; ++r) {
+        const int2 rc = rank_ch[r];  // (0, 0) past csize
+        const int i = c - rc.x;
+        if (i >= 0 && i < rc.y) {
+          t.x += recv[b][r][i].x;
+          t.y += recv[b][r][i].y;
+        }
       }
       const float wk = c == tid ? w_first : to_f32(w[c]);
       s_gx = fmaf(wk, t.x, s_gx);
@@ -1118,11 +1135,14 @@ __global__ void __launch_bounds__(kGnBwdBlock)
         o.v[j] = from_f32<T>(fmaf(gf.at(j), rw, fmaf(xf.at(j) - mean, cA, cB)));
       store_frag_global<VEC>(dr + v * VEC, o);
     }
-    __syncthreads();  // every thread is done with stage s (and w_slice): refill it
-    if (tid == 0) issue(k + kGnBwdStages, s);
+    __syncthreads();  // every thread is done with stage s, w_slice and recv[b]: refill them
+    if (tid == 0) {
+      issue(k + kGnBwdStages, s);
+      if (k + 2 < mine) mbar_arrive_expect_tx(&recv_bar[b], recv_bytes);
+    }
   }
-  // No CTA leaves while a peer may still read its partials (the reads' values are consumed:
-  // nothing to release).
+  // Every push into this CTA has landed (its bytes were waited for); no CTA leaves while its
+  // own pushes may be in flight. Relaxed: nothing is published through this barrier.
   cluster_arrive_relaxed();
   cluster_wait();
 }
@@ -1144,8 +1164,7 @@ bool launch_gn_bwd_staged(const NormArgs& a, bool vec_ok, float* ch_ws, int64_t 
   const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
   // A slice of `chunk` elements touches at most chunk / hw + 2 channels.
   if (chunk / a.hw + 2 > kGnBwdMaxSliceCh) return false;
-  const int64_t smem =
-      kGnBwdStages * 2 * chunk * int64_t{sizeof(T)} + 2 * a.cpg * int64_t{sizeof(float2)};
+  const int64_t smem = kGnBwdStages * 2 * chunk * int64_t{sizeof(T)};
   if (smem > kFwdSliceMax) return false;
   auto kernel = gn_bwd_staged_kernel<T>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -14,6 +14,7 @@
 // and wider types move as such (bit-exact).
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "ops/copy/transpose_tile.cuh"
 #include "ops/rows.cuh"
@@ -93,14 +94,14 @@ struct CatOutTable {
   void* out;
 };
 
-template <class U, class I>
+template <class U, class I, int UNITS>
 __global__ void __launch_bounds__(kCatThreads)
     concat_out_kernel(const __grid_constant__ CatOutTable t) {
-  const I k0 = static_cast<I>(blockIdx.x) * (kCatThreads * kCatUnits) + threadIdx.x;
+  const I k0 = static_cast<I>(blockIdx.x) * (kCatThreads * UNITS) + threadIdx.x;
   const I total = static_cast<I>(t.total), out_width = static_cast<I>(t.out_width);
-  U v[kCatUnits];
+  U v[UNITS];
 #pragma unroll
-  for (int j = 0; j < kCatUnits; ++j) {
+  for (int j = 0; j < UNITS; ++j) {
     const I k = k0 + static_cast<I>(j * kCatThreads);
     if (k < total) {
       const I r = k / out_width, c = k - r * out_width;
@@ -114,10 +115,20 @@ __global__ void __launch_bounds__(kCatThreads)
   }
   U* out = static_cast<U*>(t.out);
 #pragma unroll
-  for (int j = 0; j < kCatUnits; ++j) {
+  for (int j = 0; j < UNITS; ++j) {
     const I k = k0 + static_cast<I>(j * kCatThreads);
     if (k < total) out[k] = v[j];
   }
+}
+
+// Units per thread of concat_out_kernel (A/B knob, 1, 2 or 4).
+inline int concat_out_units() {
+  static const int units = [] {
+    const char* e = std::getenv("TESSEL_CONCAT_UNITS");
+    const int u = e != nullptr ? std::atoi(e) : 4;
+    return u == 1 || u == 2 ? u : 4;
+  }();
+  return units;
 }
 
 inline bool concat_out_order() {
@@ -239,11 +250,22 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
         ++t.count;
         offset += w;
       }
-      const dim3 grid(static_cast<unsigned>((t.total + kTile - 1) / kTile));
-      if (t.total < (int64_t{1} << 31))
-        concat_out_kernel<U, uint32_t><<<grid, kCatThreads, 0, stream>>>(t);
+      auto go = [&](auto units_tag) {
+        constexpr int kUnits = decltype(units_tag)::value;
+        constexpr int64_t kOutTile = int64_t{kCatThreads} * kUnits;
+        const dim3 grid(static_cast<unsigned>((t.total + kOutTile - 1) / kOutTile));
+        if (t.total < (int64_t{1} << 31))
+          concat_out_kernel<U, uint32_t, kUnits><<<grid, kCatThreads, 0, stream>>>(t);
+        else
+          concat_out_kernel<U, int64_t, kUnits><<<grid, kCatThreads, 0, stream>>>(t);
+      };
+      const int units = concat_out_units();
+      if (units == 1)
+        go(std::integral_constant<int, 1>{});
+      else if (units == 2)
+        go(std::integral_constant<int, 2>{});
       else
-        concat_out_kernel<U, int64_t><<<grid, kCatThreads, 0, stream>>>(t);
+        go(std::integral_constant<int, 4>{});
       detail::check_launch("concat");
       return;
     }
