@@ -962,6 +962,8 @@ constexpr int kGnBwdMaxCpg = 4096;
 // 0.723 / 0.729 (bench/results/h100/dev/session10/call3_gnb*.json).
 constexpr int64_t kGnBwdSliceTarget = 16 * 1024;
 constexpr int kGnBwdStages = 2;
+constexpr int kGnBwdMaxStages = 4;
+constexpr int kGnBwdClusterMax = 16;  // non-portable above 8 (TESSEL_NORM_GN_BWD_SLICE_KB)
 
 // Persistent: a cluster handles rows row0, row0 + step, ...; its CTAs keep the same column
 // slice, staged in a 2-deep ring (the next row's x and dy land while this one is reduced and
@@ -976,16 +978,15 @@ constexpr int kGnBwdStages = 2;
 // each does after reading row k: the receiver's reads are done by then.
 template <class T>
 __global__ void __launch_bounds__(kGnBwdBlock, 3)
-    gn_bwd_staged_kernel(const NormArgs a, int chunk, float* __restrict__ ch_ws, int64_t nc) {
+    gn_bwd_staged_kernel(const NormArgs a, int chunk, int stages, float* __restrict__ ch_ws,
+                         int64_t nc) {
   constexpr int VEC = kVec16<T>;
   extern __shared__ __align__(128) unsigned char gn_smem[];
   T* const ring = reinterpret_cast<T*>(gn_smem);
   auto x_stage = [&](int s) { return ring + int64_t{s} * 2 * chunk; };
   auto g_stage = [&](int s) { return ring + (int64_t{s} * 2 + 1) * chunk; };
-  __shared__ uint64_t full[kGnBwdStages];
+  __shared__ uint64_t full[kGnBwdMaxStages];
   __shared__ uint64_t recv_bar[2];  // row parity
-  // [row parity][sender rank][sender's slice channel]: the peers' (A, B) partials
-  __shared__ __align__(16) float2 recv[2][kFwdClusterMax][kGnBwdMaxSliceCh];
   __shared__ float2 warp_part[kGnBwdMaxSliceCh][kGnBwdWarps];
   __shared__ float w_slice[kGnBwdMaxSliceCh];  // rstd * w of the slice's channels, this row
   __shared__ RedSmem red;
@@ -1000,6 +1001,10 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
   const int nv = n / VEC;
   const uint32_t slice_bytes = static_cast<uint32_t>(n) * sizeof(T);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // [row parity][sender rank][sender's slice channel]: the peers' (A, B) partials, past the ring
+  float2(*const recv)[kGnBwdMaxSliceCh] =
+      reinterpret_cast<float2(*)[kGnBwdMaxSliceCh]>(ring + int64_t{stages} * 2 * chunk);
+  auto recv_at = [&](int b, int r) { return recv[b * csize + r]; };
   // Channels of this slice: [ch_lo, ch_hi], the same for every row.
   const int ch_lo = n > 0 ? base / hw : 0;
   const int ch_hi = n > 0 ? (base + n - 1) / hw : -1;
@@ -1009,25 +1014,26 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
   const ChannelDiv channel_of(static_cast<uint32_t>(hw));
   // Rank r's slice: channels [r_lo(r), r_lo(r) + r_nch(r)), kept in shared memory (rank_ch);
   // the bytes each row brings.
-  __shared__ int2 rank_ch[kFwdClusterMax];
+  __shared__ int2 rank_ch[kGnBwdClusterMax];
   auto r_lo = [&](int r) { return r * chunk / hw; };
   auto r_nch = [&](int r) {
     const int nr = min(cols - r * chunk, chunk);
     return nr <= 0 ? 0 : (r * chunk + nr - 1) / hw - r * chunk / hw + 1;
   };
-  if (tid < kFwdClusterMax)
+  if (tid < kGnBwdClusterMax)
     rank_ch[tid] = tid < csize ? make_int2(r_lo(tid), r_nch(tid)) : make_int2(0, 0);
   uint32_t recv_bytes = 0;
   for (int r = 0; r < csize; ++r) recv_bytes += static_cast<uint32_t>(r_nch(r)) * sizeof(float2);
   if (tid == 0) {
 #pragma unroll
-    for (int s = 0; s < kGnBwdStages; ++s) mbar_init(&full[s], 1);
+    for (int s = 0; s < kGnBwdMaxStages; ++s)
+      if (s < stages) mbar_init(&full[s], 1);
     mbar_init(&recv_bar[0], 1);
     mbar_init(&recv_bar[1], 1);
     mbar_init_fence();
   }
   cluster.sync();  // peers push into recv / recv_bar: initialized everywhere first
-  auto issue = [&](int64_t k, int s) {  // the cluster's k-th row into stage s = k % kGnBwdStages
+  auto issue = [&](int64_t k, int s) {  // the cluster's k-th row into stage s = k % stages
     if (k >= mine) return;
     const int64_t row = row0 + k * step;
     mbar_arrive_expect_tx(&full[s], 2 * slice_bytes);
@@ -1039,7 +1045,7 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
     }
   };
   if (tid == 0) {
-    for (int k = 0; k < kGnBwdStages; ++k) issue(k, k);
+    for (int k = 0; k < stages; ++k) issue(k, k);
     for (int b = 0; b < 2; ++b)  // rows 0 and 1: this arrival plus the peers' bytes
       if (b < mine) mbar_arrive_expect_tx(&recv_bar[b], recv_bytes);
   }
@@ -1048,11 +1054,11 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
   // The row's group (row % groups) kept incrementally: no 64-bit modulo per row.
   int grp = static_cast<int>(row0 % a.groups);
   const int grp_step = static_cast<int>(step % a.groups);
+  int s = 0;              // stage of row k (k % stages)
+  uint32_t s_parity = 0;  // (k / stages) & 1
 #pragma unroll 1
   for (int64_t k = 0; k < mine; ++k) {
     const int64_t row = row0 + k * step;
-    const int s = static_cast<int>(k) & (kGnBwdStages - 1);
-    static_assert((kGnBwdStages & (kGnBwdStages - 1)) == 0, "stage index by mask");
     const int b = static_cast<int>(k & 1);
     const float mean = a.mean[row], rstd = a.rstd[row];
     const T* w = static_cast<const T*>(a.w) + grp * cpg;
@@ -1061,7 +1067,7 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
     const float w_first = tid < cpg ? to_f32(w[tid]) : 0.f;  // loaded before the waits
     // Past the previous row's closing barrier: nobody reads w_slice any more.
     if (tid <= ch_hi - ch_lo) w_slice[tid] = rstd * to_f32(w[ch_lo + tid]);
-    mbar_wait(&full[s], static_cast<uint32_t>(k / kGnBwdStages) & 1u);
+    mbar_wait(&full[s], s_parity);
     const T* xs = x_stage(s);
     const T* gs = g_stage(s);
     for (int c = ch_lo; c <= ch_hi; ++c) {
@@ -1090,7 +1096,7 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
         t.y += warp_part[tid][q].y;
       }
       for (int r = 0; r < csize; ++r)
-        long_bwd::st_async_f2(&recv[b][rank][tid], &recv_bar[b], static_cast<uint32_t>(r), t);
+        long_bwd::st_async_f2(&recv_at(b, rank)[tid], &recv_bar[b], static_cast<uint32_t>(r), t);
     }
     mbar_wait(&recv_bar[b], static_cast<uint32_t>(k >> 1) & 1u);
     // Row sums (every CTA alike) and, by rank 0, the per-(n, c) dw/db partials: channel c's
@@ -1099,12 +1105,13 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
     for (int c = tid; c < cpg; c += kGnBwdBlock) {
       float2 t = make_float2(0.f, 0.f);
 #pragma unroll
-      for (int r = 0; r < kFwdClusterMax; ++r) {
+      for (int r = 0; r < kGnBwdClusterMax; ++r) {
         const int2 rc = rank_ch[r];  // (0, 0) past csize
         const int i = c - rc.x;
         if (i >= 0 && i < rc.y) {
-          t.x += recv[b][r][i].x;
-          t.y += recv[b][r][i].y;
+          const float2 p = recv_at(b, r)[i];
+          t.x += p.x;
+          t.y += p.y;
         }
       }
       const float wk = c == tid ? w_first : to_f32(w[c]);
@@ -1137,8 +1144,12 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
     }
     __syncthreads();  // every thread is done with stage s, w_slice and recv[b]: refill them
     if (tid == 0) {
-      issue(k + kGnBwdStages, s);
+      issue(k + stages, s);
       if (k + 2 < mine) mbar_arrive_expect_tx(&recv_bar[b], recv_bytes);
+    }
+    if (++s == stages) {
+      s = 0;
+      s_parity ^= 1u;
     }
   }
   // Every push into this CTA has landed (its bytes were waited for); no CTA leaves while its
@@ -1157,16 +1168,30 @@ bool launch_gn_bwd_staged(const NormArgs& a, bool vec_ok, float* ch_ws, int64_t 
   if (!vec_ok || a.rows < 1 || a.cols < kGnStagedMinCols || a.hw % kVec != 0 ||
       a.cpg > kGnBwdMaxCpg || a.cols >= (int64_t{1} << 30))
     return false;
+  // TESSEL_NORM_GN_BWD_SLICE_KB=n (4 ... 64) and TESSEL_NORM_GN_BWD_STAGES=s (2 ... 4): A/B of
+  // the slice target (clusters of up to 16 below 16 KB at 32x512x64x64) and the ring depth.
+  static const int64_t target = [] {
+    const char* e = std::getenv("TESSEL_NORM_GN_BWD_SLICE_KB");
+    const int64_t kb = e ? std::atoll(e) : 0;
+    return kb >= 4 && kb <= 64 ? kb * 1024 : kGnBwdSliceTarget;
+  }();
+  static const int stages = [] {
+    const char* e = std::getenv("TESSEL_NORM_GN_BWD_STAGES");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 2 && v <= kGnBwdMaxStages ? v : kGnBwdStages;
+  }();
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
-  const int64_t csize = std::min<int64_t>(
-      kFwdClusterMax,
-      std::max<int64_t>(1, (row_bytes + kGnBwdSliceTarget - 1) / kGnBwdSliceTarget));
+  const int64_t cmax = target < kGnBwdSliceTarget ? kGnBwdClusterMax : kFwdClusterMax;
+  const int64_t csize =
+      std::min<int64_t>(cmax, std::max<int64_t>(1, (row_bytes + target - 1) / target));
   const int64_t chunk = ((a.cols + csize - 1) / csize + kVec - 1) / kVec * kVec;
   // A slice of `chunk` elements touches at most chunk / hw + 2 channels.
   if (chunk / a.hw + 2 > kGnBwdMaxSliceCh) return false;
-  const int64_t smem = kGnBwdStages * 2 * chunk * int64_t{sizeof(T)};
+  const int64_t smem = stages * 2 * chunk * int64_t{sizeof(T)} +
+                       2 * csize * kGnBwdMaxSliceCh * int64_t{sizeof(float2)};
   if (smem > kFwdSliceMax) return false;
   auto kernel = gn_bwd_staged_kernel<T>;
+  if (csize > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {
     cudaGetLastError();
@@ -1179,7 +1204,8 @@ bool launch_gn_bwd_staged(const NormArgs& a, bool vec_ok, float* ch_ws, int64_t 
   const int64_t clusters = std::min<int64_t>(resident, a.rows);
   if (detail::launch_cluster(kernel, dim3(static_cast<unsigned>(clusters * csize)),
                              dim3(kGnBwdBlock), static_cast<size_t>(smem), static_cast<int>(csize),
-                             stream, a, static_cast<int>(chunk), ch_ws, nc) != cudaSuccess) {
+                             stream, a, static_cast<int>(chunk), stages, ch_ws,
+                             nc) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
