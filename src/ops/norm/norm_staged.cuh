@@ -341,6 +341,20 @@ constexpr int64_t kFwdSliceTarget = 32 * 1024;
 constexpr int64_t kFwdSliceMax = 200 * 1024;
 constexpr int kGnFwdSliceCh = 64;  // GroupNorm channels per slice with a shared (scale, shift)
 
+// 16 bytes into CTA `rank`'s copy of *local (this CTA's address), completed on its copy of *bar
+// (transaction bytes).
+__device__ __forceinline__ void st_async_f4(float4* local, uint64_t* bar, uint32_t rank, float4 v) {
+  uint32_t dst, rbar;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(detail::smem_u32(local)), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(detail::smem_u32(bar)), "r"(rank));
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(dst),
+      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+      "r"(__float_as_uint(v.w)), "r"(rbar)
+      : "memory");
+}
+
 struct StagedRed {  // row_sum2's view of the staged forward's CTA (one slice)
   static constexpr int THREADS = kFwdBlock;
   static constexpr int CLUSTER = 1;
@@ -355,7 +369,9 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   __shared__ uint64_t bar[kFwdPieces];
   __shared__ float scratch[kFwdBlock / 32];
   __shared__ RedSmem red;
-  __shared__ float part[3];   // (count, mean, M2) or (count, -, Σx²) of this CTA's slice
+  // (count, mean, M2) or (count, -, Σx²) of each rank's slice, pushed by the rank (st.async)
+  __shared__ float4 part[kFwdLongClusterMax];
+  __shared__ uint64_t part_bar;
   __shared__ float stats[2];  // the row's (mean, rstd)
   // GroupNorm: (scale, shift) of the slice's channels, when it touches <= kGnFwdSliceCh
   __shared__ float2 ch_coef[M == Mode::gn ? kGnFwdSliceCh : 1];
@@ -386,10 +402,15 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   if (tid == 0) {
 #pragma unroll
     for (int p = 0; p < kFwdPieces; ++p) mbar_init(&bar[p], 1);
+    mbar_init(&part_bar, 1);
     mbar_init_fence();
   }
+  // part_bar is initialized cluster-wide before any peer pushes into it: this arrive releases
+  // the initialization (fence above), the wait sits just before the pushes.
+  cluster_arrive_relaxed();
   __syncthreads();
   if (tid == 0) {
+    mbar_arrive_expect_tx(&part_bar, static_cast<uint32_t>(csize) * sizeof(float4));
     const T* xr = static_cast<const T*>(a.x) + row * a.x_pitch + base;
     for (int p = 0; p < kFwdPieces; ++p) {
       const int v0 = p * piece_v, v1 = min(nv, v0 + piece_v);
@@ -435,24 +456,23 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
   } else {
     s1 = group_reduce<kFwdBlock, kFwdBlock>(s1, SumOp{}, scratch);
   }
-  // The partials are published by their one writer (a cluster-scope fence, then a relaxed
-  // arrive). cluster.sync() and barrier_arrive() release in every thread: a memory barrier
-  // each, ~20 % of the long-row LayerNorm forward's stall samples (session 31).
-  if (tid == 0) {
-    part[0] = static_cast<float>(n);
-    part[1] = local_mean;
-    part[2] = kCentered ? m2 : s1;
-    fence_cluster();
-  }
-  cluster_arrive_relaxed();
+  // The partial goes to every rank's part[rank] by st.async (lane r of warp 0 to rank r); each
+  // CTA waits for its csize partials on part_bar. No cluster barrier after the statistics (a
+  // fence, then arrive / wait; session 31's profile put ~20 % of the long-row LayerNorm
+  // forward's stall samples on the release barriers), no DSMEM reads, and no closing barrier:
+  // a CTA leaves as soon as its y is stored (every push into it has landed by then).
   cluster_wait();
   if (tid < 32) {  // lane r reads rank r's partial; fixed butterflies (deterministic)
+    if (tid < csize)
+      st_async_f4(&part[rank], &part_bar, static_cast<uint32_t>(tid),
+                  make_float4(static_cast<float>(n), local_mean, kCentered ? m2 : s1, 0.f));
+    mbar_wait(&part_bar, 0);
     float pn = 0.f, pm = 0.f, pq = 0.f;
     if (tid < csize) {
-      const float* q = cluster.map_shared_rank(part, tid);
-      pn = q[0];
-      pm = q[1];
-      pq = q[2];
+      const float4 q = part[tid];
+      pn = q.x;
+      pm = q.y;
+      pq = q.z;
     }
     const float inv_cols = 1.f / static_cast<float>(a.cols);
     float mean = 0.f, var;
@@ -469,8 +489,6 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
     }
   }
   __syncthreads();
-  // Done reading peers' shared memory (the values are consumed: nothing to release).
-  cluster_arrive_relaxed();
   const float mean = stats[0], rstd = stats[1];
   if (rank == 0 && tid == 0) {
     if (a.rstd) a.rstd[row] = rstd;
@@ -501,7 +519,6 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
         for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(fmaf(f.at(j), c.x, c.y));
         store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
       }
-      cluster.barrier_wait();
       return;
     }
     const T* w = static_cast<const T*>(a.w) + (row % a.groups) * a.cpg;
@@ -518,7 +535,6 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f32<T>(fmaf(f.at(j), scale, shift));
       store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
     }
-    cluster.barrier_wait();
     return;
   }
   const T* w = static_cast<const T*>(a.w) + base;
@@ -555,7 +571,6 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
       store_frag_global<VEC>(yr + int64_t{v} * VEC, o);
     }
   }
-  cluster.barrier_wait();
 }
 
 // Launches the staged long-row forward when it applies (RMS / LN, 16-byte aligned rows longer
