@@ -74,4 +74,45 @@ __device__ __forceinline__ void bulk_copy_g2s_hint(void* dst, const void* src, u
       : "memory");
 }
 
+// Cluster barrier halves without the release that cg's cluster.sync() / barrier_arrive() give
+// every thread (a memory barrier each). For arrivals that publish nothing, or whose one writer
+// fenced first (fence_cluster); the wait keeps its acquire.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void fence_cluster() {
+  asm volatile("fence.acq_rel.cluster;" ::: "memory");
+}
+
+// ---- distributed shared memory pushes (thread-block clusters) ----
+// `local`'s address in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t mapa_u32(uint32_t local, uint32_t rank) {
+  uint32_t r;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+
+// 8 / 16 bytes into CTA `rank`'s copy of *local, completed on its copy of *bar (transaction
+// bytes): a message that needs no cluster barrier (the receiver waits on its barrier). The
+// receiver's barrier must be initialized before the push (cluster-wide, e.g. a cluster barrier
+// after fence.mbarrier_init).
+__device__ __forceinline__ void st_async_f2(float2* local, uint64_t* bar, uint32_t rank, float2 v) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(
+          mapa_u32(smem_u32(local), rank)),
+      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(mapa_u32(smem_u32(bar), rank))
+      : "memory");
+}
+__device__ __forceinline__ void st_async_f4(float4* local, uint64_t* bar, uint32_t rank, float4 v) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(mapa_u32(smem_u32(local), rank)),
+      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+      "r"(__float_as_uint(v.w)), "r"(mapa_u32(smem_u32(bar), rank))
+      : "memory");
+}
+
 }  // namespace tessel::detail

@@ -7,13 +7,16 @@
 //   group   : V ≤ 16384, a group of 32..1024 threads holds the row in registers (rows.cuh
 //             RowConfig): logits read once, dlogits written once.
 //   slices  : V > 16384, 16-byte aligned rows of ≤ 32 × 200 KB: ⌈row bytes / 48 KB⌉ CTAs per
-//             row, each bulk-copying (TMA) its slice of the row into shared memory; the slices
-//             exchange their partial (max, Σexp, Σx, x_t) through global memory
-//             (ops/slice_exchange.cuh, ce_exchange_kernel) and write dlogits from shared
-//             memory. Logits read once, dlogits written once: 2·N·V·sizeof(T) bytes, the
-//             minimum (forward only: N·V·sizeof(T)). TESSEL_CE_EXCHANGE=cluster: the same slices
-//             as a thread-block cluster of ≤ 8 CTAs exchanging through distributed shared
-//             memory (ce_cluster_kernel; 0.75-0.78 of copy on the H200 against 0.82-0.84).
+//             row, each bulk-copying (TMA) its slice of the row into shared memory; a
+//             thread-block cluster of ≤ 8 CTAs per row whose CTAs push their partial (max,
+//             Σexp, Σx, x_t) into every rank's shared memory (st.async, ce_cluster_kernel) and
+//             write dlogits from shared memory. Logits read once, dlogits written once:
+//             2·N·V·sizeof(T) bytes, the minimum (forward only: N·V·sizeof(T)).
+//             Rows of more than 8 slices, or TESSEL_CE_EXCHANGE=global: the same slices on
+//             independent CTAs exchanging through global memory (ops/slice_exchange.cuh,
+//             ce_exchange_kernel; up to 32 slices). H200, 4096 x 128256
+//             bf16, three rounds (session 33): cluster 0.877-0.896 of copy, global 0.80-0.85;
+//             the cluster kernel with cluster barriers (before session 33) 0.73-0.78.
 //   stream  : longer rows, or rows that are not 16-byte aligned: one 1024-thread block per
 //             row, an online max/sum sweep then a gradient sweep (logits read twice,
 //             3·N·V·sizeof(T) bytes; the second read mostly hits L2 for rows ≲ 256 KB).
@@ -258,9 +261,8 @@ inline int64_t slice_target() {
   }();
   return bytes;
 }
-constexpr int64_t kSliceMax = 200 * 1024;
-constexpr int kCeSpinSleepNs = 1000;  // ce_exchange_kernel's poll interval (try_exchange)  // of
-                                      // the 227 KB an SM offers one CTA
+constexpr int64_t kSliceMax = 200 * 1024;  // of the 227 KB an SM offers one CTA
+constexpr int kCeSpinSleepNs = 1000;       // ce_exchange_kernel's poll interval (try_exchange)
 
 // One CTA's slice of a row: bulk-copied into shared memory in kPieces pieces, folded into
 // this thread's online (max m, Σexp relative to m, Σx with label smoothing) as pieces land.
@@ -450,45 +452,54 @@ __global__ void __launch_bounds__(kClusterBlock) ce_cluster_kernel(CeArgs a, int
   T* slice = reinterpret_cast<T*>(slice_raw);
   __shared__ uint64_t bar[kPieces];
   __shared__ float scratch[kClusterBlock / 32];
-  __shared__ float part[4];   // this CTA's (max, Σexp relative to it, Σx, x_t if held here)
+  // Each rank's (max, Σexp relative to it, Σx, x_t if held there), pushed by that rank
+  __shared__ float4 part[kClusterMax];
+  __shared__ uint64_t part_bar;
   __shared__ float stats[4];  // the row's
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int csize = static_cast<int>(cluster.num_blocks());
   const int64_t row = blockIdx.x / csize;
+  if (threadIdx.x == 0) {
+    mbar_init(&part_bar, 1);
+    mbar_init_fence();
+    mbar_arrive_expect_tx(&part_bar, static_cast<uint32_t>(csize) * sizeof(float4));
+  }
+  // part_bar is initialized cluster-wide before any peer pushes into it: this arrive releases
+  // the initialization (its fence), the wait sits just before the pushes.
+  cluster_arrive_relaxed();
   const int64_t t = load_target(a, row);
   const SliceReduce<T> sr = reduce_slice(a, row, rank, chunk, slice, bar, scratch);
   const int64_t base = sr.base;
   const int n = sr.n, nv = sr.nv;
-  if (threadIdx.x == 0) {
-    part[0] = sr.m;
-    part[1] = sr.s;
-    part[2] = sr.sx;
-    part[3] = t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f;
-  }
-  cluster.sync();
-  // Warp 0: lane r reads rank r's partial (one remote read per rank, not per thread), the
-  // warp combines them with a fixed butterfly (deterministic) and publishes to shared memory.
+  cluster_wait();
+  // Warp 0: lane r pushes this CTA's partial to rank r (st.async, completing on its part_bar),
+  // waits for the csize partials, reads rank r's, and the warp combines them with a fixed
+  // butterfly (deterministic). No cluster barrier after the reduction (cluster.sync released
+  // in every thread) and no closing one: nothing reads a peer's shared memory, and every push
+  // into this CTA has landed before it leaves.
   if (threadIdx.x < 32) {
     const int r = threadIdx.x;
+    if (r < csize)
+      st_async_f4(&part[rank], &part_bar, static_cast<uint32_t>(r),
+                  make_float4(sr.m, sr.s, sr.sx,
+                              t >= base && t < base + n ? to_f32(slice[t - base]) : 0.f));
+    mbar_wait(&part_bar, 0);
     float pm = -INFINITY, ps = 0.f, px = 0.f, pt = 0.f;
     if (r < csize) {
-      const float* p = cluster.map_shared_rank(part, r);
-      pm = p[0];
-      ps = p[1];
-      px = p[2];
-      pt = p[3];
+      const float4 p = part[r];
+      pm = p.x;
+      ps = p.y;
+      px = p.z;
+      pt = p.w;
     }
     merge_slice_partials(pm, ps, px, pt, stats);
   }
   __syncthreads();
-  // No CTA may leave (and free its shared memory) while others still read it.
-  cluster.barrier_arrive();
   float loss;
   const RowFinish f = finish_row(a, t, stats[0], stats[1], stats[2], stats[3], &loss);
   if (rank == 0 && threadIdx.x == 0) a.row_loss[row] = loss;
   if (a.dx != nullptr) write_slice_dlogits(a, f, slice, row, base, n, nv);
-  cluster.barrier_wait();
 }
 
 // Forward only, the same slices without a cluster: each CTA folds its slice and writes the
@@ -516,7 +527,9 @@ __global__ void __launch_bounds__(kClusterBlock)
 // Loss + dlogits with the cluster kernel's slices on independent CTAs, exchanging the partials
 // (max, Σexp, Σx, x_t) through global memory (ops/slice_exchange.cuh) instead of distributed
 // shared memory; merged like the cluster kernel's (bit-identical results). H200, 4096 x 128256
-// bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster (docs/loss_optim.md, session 26).
+// bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster kernel of the time (session 26);
+// the cluster kernel without cluster barriers (session 33) leads it: TESSEL_CE_EXCHANGE=global
+// only.
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock)
     ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync,
@@ -795,17 +808,18 @@ bool try_fwd_slices(const CeArgs& a, cudaStream_t stream) {
   return true;
 }
 
-// Loss + dlogits with try_cluster's slices on independent CTAs (ce_exchange_kernel); false
-// (nothing launched) where those slices do not apply. TESSEL_CE_EXCHANGE=cluster keeps the
-// cluster kernel (A/B).
+// Loss + dlogits with try_cluster's slices on independent CTAs (ce_exchange_kernel), for rows
+// of more than kClusterMax slices (up to 32; the cluster would take fewer, larger slices) or
+// with TESSEL_CE_EXCHANGE=global (A/B; the cluster kernel leads where both apply); false
+// (nothing launched) otherwise or where those slices do not apply.
 template <class T>
 bool try_exchange(const CeArgs& a, cudaStream_t stream) {
-  static const bool enabled = [] {
+  static const bool forced = [] {
     const char* e = std::getenv("TESSEL_CE_EXCHANGE");
-    return !(e != nullptr && std::string(e) == "cluster");
+    return e != nullptr && std::string(e) == "global";
   }();
   const Slices sl = slices_of<T>(a, 32);
-  if (!enabled || !sl.ok || a.dx == nullptr) return false;
+  if (!(forced || sl.count > kClusterMax) || !sl.ok || a.dx == nullptr) return false;
   const int64_t slices = sl.count, chunk = sl.chunk, smem = sl.smem;
   if (cudaFuncSetAttribute(ce_exchange_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess) {

@@ -29,23 +29,15 @@
 namespace tessel::norm {
 
 using detail::bulk_copy_g2s;
+using detail::cluster_arrive_relaxed;
+using detail::cluster_wait;
+using detail::fence_cluster;
 using detail::mbar_arrive_expect_tx;
 using detail::mbar_init;
 using detail::mbar_init_fence;
 using detail::mbar_wait;
-
-// Cluster barrier halves without the release that cg's cluster.sync() / barrier_arrive() give
-// every thread (a memory barrier each). For arrivals that publish nothing, or whose one writer
-// fenced first (fence_cluster); the wait keeps its acquire.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void fence_cluster() {
-  asm volatile("fence.acq_rel.cluster;" ::: "memory");
-}
+using detail::st_async_f2;
+using detail::st_async_f4;
 
 // Channel of element e (< 2^31) without a division: e / hw = (umulhi(e, magic) + e) >> shift
 // (round-up reciprocal; exact for e < 2^31). In the GroupNorm loops the division sequence per
@@ -340,20 +332,6 @@ constexpr int kFwdLongClusterMax = 16;
 constexpr int64_t kFwdSliceTarget = 32 * 1024;
 constexpr int64_t kFwdSliceMax = 200 * 1024;
 constexpr int kGnFwdSliceCh = 64;  // GroupNorm channels per slice with a shared (scale, shift)
-
-// 16 bytes into CTA `rank`'s copy of *local (this CTA's address), completed on its copy of *bar
-// (transaction bytes).
-__device__ __forceinline__ void st_async_f4(float4* local, uint64_t* bar, uint32_t rank, float4 v) {
-  uint32_t dst, rbar;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(detail::smem_u32(local)), "r"(rank));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(detail::smem_u32(bar)), "r"(rank));
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-      "[%5];" ::"r"(dst),
-      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
-      "r"(__float_as_uint(v.w)), "r"(rbar)
-      : "memory");
-}
 
 struct StagedRed {  // row_sum2's view of the staged forward's CTA (one slice)
   static constexpr int THREADS = kFwdBlock;
@@ -656,25 +634,11 @@ constexpr int64_t kLongBwdStageBytes = 64 * 1024;  // x + dy of one slice
 constexpr int kLongBwdMaxStages = 3;
 
 namespace long_bwd {
-__device__ __forceinline__ uint32_t mapa_u32(uint32_t local, uint32_t rank) {
-  uint32_t r;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
-  return r;
-}
 // The CTA's rank, re-read (volatile: not a value kept live from the kernel's start).
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
-}
-// 8 bytes into CTA `rank`'s copy of *local, completed on its copy of *bar (transaction bytes).
-__device__ __forceinline__ void st_async_f2(float2* local, uint64_t* bar, uint32_t rank, float2 v) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(
-          mapa_u32(detail::smem_u32(local), rank)),
-      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)),
-      "r"(mapa_u32(detail::smem_u32(bar), rank))
-      : "memory");
 }
 }  // namespace long_bwd
 
@@ -855,8 +819,7 @@ __global__ void __launch_bounds__(kLongBwdBlock, 1)
     if (warp == 0) {
       const float2 p = warp_sum2(red_warp[lane]);
       if (lane < csize)
-        long_bwd::st_async_f2(&stat_buf[k & 1][rank], &stat_bar[k & 1], static_cast<uint32_t>(lane),
-                              p);
+        st_async_f2(&stat_buf[k & 1][rank], &stat_bar[k & 1], static_cast<uint32_t>(lane), p);
       if (lane == 0) pend_stat = make_float2(rs, mu);  // gather(k - 1) has read the last one
     }
     if (k > 0) write_dx(k - 1, ps);  // while row k's partials travel
@@ -1111,7 +1074,7 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
         t.y += warp_part[tid][q].y;
       }
       for (int r = 0; r < csize; ++r)
-        long_bwd::st_async_f2(&recv_at(b, rank)[tid], &recv_bar[b], static_cast<uint32_t>(r), t);
+        st_async_f2(&recv_at(b, rank)[tid], &recv_bar[b], static_cast<uint32_t>(r), t);
     }
     mbar_wait(&recv_bar[b], static_cast<uint32_t>(k >> 1) & 1u);
     // Row sums (every CTA alike) and, by rank 0, the per-(n, c) dw/db partials: channel c's

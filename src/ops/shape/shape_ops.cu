@@ -121,12 +121,15 @@ __global__ void __launch_bounds__(kCatThreads)
   }
 }
 
-// Units per thread of concat_out_kernel (A/B knob, 1, 2 or 4).
+// Units per thread of concat_out_kernel (TESSEL_CONCAT_UNITS=1, 2 or 4 overrides). H200,
+// (8192,4096)|(8192,1024)|(8192,1024) bf16 (session 33): 2 units 0.947-0.966 of copy in five
+// rounds against 0.943-0.954 with 4 and 0.942-0.951 with 1; in vs_torch 0.977 / 0.978 of
+// torch.compile against 0.966 / 0.970 with 4.
 inline int concat_out_units() {
   static const int units = [] {
     const char* e = std::getenv("TESSEL_CONCAT_UNITS");
-    const int u = e != nullptr ? std::atoi(e) : 4;
-    return u == 1 || u == 2 ? u : 4;
+    const int u = e != nullptr ? std::atoi(e) : 2;
+    return u == 1 || u == 4 ? u : 2;
   }();
   return units;
 }
