@@ -555,10 +555,13 @@ __global__ void __launch_bounds__(kFwdBlock) norm_fwd_staged_kernel(const NormAr
 // than the register paths; GroupNorm rows of >= kGnStagedMinCols with hw % VEC == 0; slices
 // <= 200 KB); false otherwise (nothing launched).
 constexpr int64_t kGnStagedMinCols = 2048;
-// GroupNorm slices of 64 KB (3 CTAs per SM, clusters of 2 at 32x512x64x64 bf16): 0.940 of copy
-// against 0.900 with 32 KB (4-CTA clusters, 6 per SM) and 0.806 with 16 KB (H100, one device
-// call, TESSEL_NORM_GN_SLICE_KB; bench/results/h100/dev/session10/call2_gn*.json).
-constexpr int64_t kGnFwdSliceTarget = 64 * 1024;
+// GroupNorm slices of 32 KB (4-CTA clusters, 6 CTAs per SM at 32x512x64x64 bf16). H200, since
+// the partials travel by st.async without cluster barriers (session 33, two rounds): 32 KB
+// 0.912 / 0.913 of copy, 64 KB (clusters of 2, 3 per SM) 0.896 / 0.892, 48 KB 0.863 / 0.860,
+// 128 KB 0.842 / 0.833. With the barriers 64 KB had led: H100 0.940 against 0.900 at 32 KB
+// (bench/results/h100/dev/session10/call2_gn*.json), H200 0.84-0.86 against 0.70-0.77 for
+// 16-26 KB (session 33, call 2).
+constexpr int64_t kGnFwdSliceTarget = 32 * 1024;
 
 template <class T, Mode M>
 bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
