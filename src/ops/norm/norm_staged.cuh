@@ -54,6 +54,13 @@ struct ChannelDiv {
   }
 };
 
+// Host: bytes of the A/B knob `name` (kilobytes in [lo_kb, hi_kb]), `fallback` bytes otherwise.
+inline int64_t env_kb_bytes(const char* name, int64_t lo_kb, int64_t hi_kb, int64_t fallback) {
+  const char* e = std::getenv(name);
+  const int64_t kb = e ? std::atoll(e) : 0;
+  return kb >= lo_kb && kb <= hi_kb ? kb * 1024 : fallback;
+}
+
 constexpr int kStagedBlock = 256;
 constexpr int kStagedMaxStages = 8;
 constexpr int kStagedCluster = 8;           // the largest cluster the staged backward may use
@@ -571,17 +578,11 @@ bool launch_fwd_staged(const NormArgs& a, bool vec_ok, cudaStream_t stream) {
   if (M == Mode::gn && (a.hw % kVec != 0 || a.cols >= (int64_t{1} << 30))) return false;
   const int64_t row_bytes = a.cols * int64_t{sizeof(T)};
   // TESSEL_NORM_GN_SLICE_KB=n: GroupNorm slice target (A/B of CTAs per SM vs cluster size).
-  static const int64_t gn_target = [] {
-    const char* e = std::getenv("TESSEL_NORM_GN_SLICE_KB");
-    const int64_t kb = e ? std::atoll(e) : 0;
-    return kb >= 4 && kb <= 192 ? kb * 1024 : kGnFwdSliceTarget;
-  }();
+  static const int64_t gn_target =
+      env_kb_bytes("TESSEL_NORM_GN_SLICE_KB", 4, 192, kGnFwdSliceTarget);
   // TESSEL_NORM_FWD_SLICE_KB=n: RMS / LayerNorm slice target (A/B).
-  static const int64_t fwd_target = [] {
-    const char* e = std::getenv("TESSEL_NORM_FWD_SLICE_KB");
-    const int64_t kb = e ? std::atoll(e) : 0;
-    return kb >= 4 && kb <= 192 ? kb * 1024 : kFwdSliceTarget;
-  }();
+  static const int64_t fwd_target =
+      env_kb_bytes("TESSEL_NORM_FWD_SLICE_KB", 4, 192, kFwdSliceTarget);
   const int64_t target = M == Mode::gn ? gn_target : fwd_target;
   const int64_t cmax = M == Mode::gn ? kFwdClusterMax : kFwdLongClusterMax;
   const int64_t csize =
@@ -1151,11 +1152,8 @@ bool launch_gn_bwd_staged(const NormArgs& a, bool vec_ok, float* ch_ws, int64_t 
     return false;
   // TESSEL_NORM_GN_BWD_SLICE_KB=n (4 ... 64) and TESSEL_NORM_GN_BWD_STAGES=s (2 ... 4): A/B of
   // the slice target (clusters of up to 16 below 16 KB at 32x512x64x64) and the ring depth.
-  static const int64_t target = [] {
-    const char* e = std::getenv("TESSEL_NORM_GN_BWD_SLICE_KB");
-    const int64_t kb = e ? std::atoll(e) : 0;
-    return kb >= 4 && kb <= 64 ? kb * 1024 : kGnBwdSliceTarget;
-  }();
+  static const int64_t target =
+      env_kb_bytes("TESSEL_NORM_GN_BWD_SLICE_KB", 4, 64, kGnBwdSliceTarget);
   static const int stages = [] {
     const char* e = std::getenv("TESSEL_NORM_GN_BWD_STAGES");
     const int v = e ? std::atoi(e) : 0;
