@@ -41,8 +41,36 @@ struct MicroTile {
   }
 };
 
+// 16-bit elements: the 8x8 micro-tile stays packed, two elements per 32-bit word (w[k][m]
+// holds source row k, columns 2m and 2m + 1), and is transposed with byte permutes: column
+// 2m + h of rows 2i and 2i + 1 is one PRMT of w[2i][m] and w[2i + 1][m]. As Frag<uint16_t, 8>
+// values each element took its own register: 80 registers and a 16-byte spill at 3 CTAs per SM.
+struct Packed16x8 {
+  uint32_t w[8][4];
+  __device__ __forceinline__ void load(const uint16_t* src, int64_t pitch, int64_t r0, int64_t c0) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint4 q = *reinterpret_cast<const uint4*>(src + (r0 + k) * pitch + c0);
+      w[k][0] = q.x, w[k][1] = q.y, w[k][2] = q.z, w[k][3] = q.w;
+    }
+  }
+  // Column j of the micro-tile (rows 0..7) as one 16-byte vector.
+  __device__ __forceinline__ uint4 column(int j) const {
+    const int m = j / 2;
+    const uint32_t sel = j % 2 == 0 ? 0x5410u : 0x7632u;
+    return make_uint4(__byte_perm(w[0][m], w[1][m], sel), __byte_perm(w[2][m], w[3][m], sel),
+                      __byte_perm(w[4][m], w[5][m], sel), __byte_perm(w[6][m], w[7][m], sel));
+  }
+};
+
+// 16-bit tiles hold 48 registers (Packed16x8): 5 CTAs per SM; 4- and 8-byte ones 3.
+template <class U>
+constexpr int transpose_min_blocks() {
+  return sizeof(U) == 2 ? 4 : 3;
+}
+
 template <class U, int RG>
-__global__ void __launch_bounds__(kTransposeThreads, 3)
+__global__ void __launch_bounds__(kTransposeThreads, transpose_min_blocks<U>())
     transpose_tile_kernel(const U* __restrict__ src_all, U* __restrict__ dst_all, int64_t rows,
                           int64_t cols, int64_t src_pitch, int64_t dst_pitch, int64_t row_tiles,
                           int64_t col_tiles, int64_t src_batch_stride, int64_t dst_batch_stride,
@@ -64,25 +92,37 @@ __global__ void __launch_bounds__(kTransposeThreads, 3)
     const int64_t tj = col_major ? t / row_tiles : t % col_tiles;
     const int64_t tr = ti * MT::kRows, tc = tj * MT::kCols;
     const int64_t r0 = tr + rg * V, c0 = tc + cg * V;
-    // 1. V×V micro-tile into registers (zeros outside the matrix).
-    Frag<U, V> in[V];
+    // 1-2. The V×V micro-tile at (r0, c0), transposed into the swizzled destination tile:
+    // source column j goes to smem row cg·V + j, chunk rg.
     if (r0 + V <= rows && c0 + V <= cols) {
+      if constexpr (sizeof(U) == 2) {
+        Packed16x8 in;
+        in.load(src, src_pitch, r0, c0);
 #pragma unroll
-      for (int k = 0; k < V; ++k) in[k] = load_frag<V>(src + (r0 + k) * src_pitch + c0);
+        for (int j = 0; j < V; ++j)
+          *reinterpret_cast<uint4*>(smem + MT::offset(cg * V + j, rg)) = in.column(j);
+      } else {
+        Frag<U, V> in[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) in[k] = load_frag<V>(src + (r0 + k) * src_pitch + c0);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          Frag<U, V> out;
+#pragma unroll
+          for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
+          store_frag<V>(reinterpret_cast<U*>(smem + MT::offset(cg * V + j, rg)), out);
+        }
+      }
     } else {
-#pragma unroll
+      // Edge tiles (zeros outside the matrix): element by element into shared memory, one
+      // source row per step. Unrolled, the V·V predicated loads were all kept in flight and set
+      // the kernel's register count (80 and a spill for 16-bit types).
+#pragma unroll 1
       for (int k = 0; k < V; ++k)
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          in[k].v[j] = (r0 + k < rows && c0 + j < cols) ? src[(r0 + k) * src_pitch + c0 + j] : U{};
-    }
-    // 2. Transposed columns into the swizzled destination tile: row cg*V + j, chunk rg.
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      Frag<U, V> out;
-#pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = in[k].v[j];
-      store_frag<V>(reinterpret_cast<U*>(smem + MT::offset(cg * V + j, rg)), out);
+          reinterpret_cast<U*>(smem + MT::offset(cg * V + j, rg))[k] =
+              r0 + k < rows && c0 + j < cols ? src[(r0 + k) * src_pitch + c0 + j] : U{};
     }
     __syncthreads();
     // 3. Whole destination row segments: RG chunks per row, V rows per thread.
