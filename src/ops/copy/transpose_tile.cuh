@@ -63,7 +63,11 @@ struct Packed16x8 {
   }
 };
 
-// 16-bit tiles hold 48 registers (Packed16x8): 5 CTAs per SM; 4- and 8-byte ones 3.
+// 16-bit tiles: 64 registers (Packed16x8; 8 bytes of spill, offsets reloaded once per tile), 4
+// CTAs per SM. H200, three rounds against the Frag version (80 registers, 3 CTAs per SM):
+// 2-D 16384x8192 bf16 0.914-0.927 -> 0.946-0.948 of copy, batched (32, 4096, 1024) 0.881-0.907
+// -> 0.958-0.960; 5 CTAs per SM (48 registers, 28 bytes of spill reloaded in the store loop)
+// 0.873-0.877 / 0.882-0.885 (docs/loss_optim.md, session 33). 4- and 8-byte types: 3 CTAs.
 template <class U>
 constexpr int transpose_min_blocks() {
   return sizeof(U) == 2 ? 4 : 3;
