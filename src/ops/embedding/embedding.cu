@@ -20,10 +20,8 @@
 //   check_ids: a range-check kernel records the first bad position in the stream workspace;
 //             the host copies it back after a stream sync and throws before anything is written.
 #include <algorithm>
-#include <cstdlib>
 #include <cub/device/device_scan.cuh>
 #include <string>
-#include <type_traits>
 
 #include "ops/rows.cuh"
 #include "runtime/launch.cuh"
@@ -94,7 +92,7 @@ void check_ids_now(const detail::OpCheck& chk, const I* ids, int64_t n, int64_t 
 }
 
 // ---- forward ---------------------------------------------------------------------------------
-template <class T, int VEC, class I, int TOK = kFwdTokUnroll>
+template <class T, int VEC, class I>
 __global__ void __launch_bounds__(kBlock)
     embedding_kernel(const I* __restrict__ ids, const T* __restrict__ w, T* __restrict__ out,
                      int64_t n, int64_t vocab, int64_t dim, int64_t w_pitch, int64_t o_pitch) {
@@ -102,11 +100,11 @@ __global__ void __launch_bounds__(kBlock)
   ::tessel::tile::allow_next_grid();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * VEC;
   if (c >= dim) return;
-  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * TOK; t0 < n;
-       t0 += static_cast<int64_t>(gridDim.y) * TOK) {
-    Frag<T, VEC> f[TOK];
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kFwdTokUnroll; t0 < n;
+       t0 += static_cast<int64_t>(gridDim.y) * kFwdTokUnroll) {
+    Frag<T, VEC> f[kFwdTokUnroll];
 #pragma unroll
-    for (int u = 0; u < TOK; ++u) {
+    for (int u = 0; u < kFwdTokUnroll; ++u) {
       if (t0 + u >= n) continue;
       const I id = ids[t0 + u];
       if (in_range(id, vocab))
@@ -116,7 +114,7 @@ __global__ void __launch_bounds__(kBlock)
         for (int j = 0; j < VEC; ++j) f[u].v[j] = from_f32<T>(0.f);
     }
 #pragma unroll
-    for (int u = 0; u < TOK; ++u)
+    for (int u = 0; u < kFwdTokUnroll; ++u)
       if (t0 + u < n) store_frag_global<VEC>(out + (t0 + u) * o_pitch + c, f[u]);
   }
 }
@@ -433,27 +431,13 @@ void embedding(const Tensor& ids, const Tensor& weight, Tensor& out, bool check_
       T* op_ = static_cast<T*>(out.data);
       const bool vec_ok = detail::rows_vectorizable<T>(dim, {{wp, wr.pitch}, {op_, orr.pitch}});
       const int vec = vec_ok ? V : 1;
-      // TESSEL_EMB_TOK=4 / 16: tokens per step of the vectorized kernel (A/B; default 8).
-      static const int tok = [] {
-        const char* e = std::getenv("TESSEL_EMB_TOK");
-        const int t = e != nullptr ? std::atoi(e) : kFwdTokUnroll;
-        return t == 4 || t == 16 ? t : kFwdTokUnroll;
-      }();
-      const dim3 grid(static_cast<unsigned>(tile::ceil_div(tile::ceil_div(dim, vec), kBlock)),
-                      static_cast<unsigned>(std::min<int64_t>(
-                          tile::ceil_div(n, vec_ok ? tok : kFwdTokUnroll), 65535)));
-      auto go = [&](auto tok_tag) {
-        constexpr int kTok = decltype(tok_tag)::value;
-        TESSEL_CUDA_CHECK(detail::launch_dependent(embedding_kernel<T, V, I, kTok>, grid,
-                                                   dim3(kBlock), 0, stream, ip, wp, op_, n, vocab,
-                                                   dim, wr.pitch, orr.pitch));
-      };
-      if (vec_ok && tok == 4)
-        go(std::integral_constant<int, 4>{});
-      else if (vec_ok && tok == 16)
-        go(std::integral_constant<int, 16>{});
-      else if (vec_ok)
-        go(std::integral_constant<int, kFwdTokUnroll>{});
+      const dim3 grid(
+          static_cast<unsigned>(tile::ceil_div(tile::ceil_div(dim, vec), kBlock)),
+          static_cast<unsigned>(std::min<int64_t>(tile::ceil_div(n, kFwdTokUnroll), 65535)));
+      if (vec_ok)
+        TESSEL_CUDA_CHECK(detail::launch_dependent(embedding_kernel<T, V, I>, grid, dim3(kBlock), 0,
+                                                   stream, ip, wp, op_, n, vocab, dim, wr.pitch,
+                                                   orr.pitch));
       else
         TESSEL_CUDA_CHECK(detail::launch_dependent(embedding_kernel<T, 1, I>, grid, dim3(kBlock), 0,
                                                    stream, ip, wp, op_, n, vocab, dim, wr.pitch,

@@ -14,7 +14,6 @@
 // and wider types move as such (bit-exact).
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "ops/copy/transpose_tile.cuh"
 #include "ops/rows.cuh"
@@ -121,18 +120,11 @@ __global__ void __launch_bounds__(kCatThreads)
   }
 }
 
-// Units per thread of concat_out_kernel (TESSEL_CONCAT_UNITS=1, 2 or 4 overrides). H200,
-// (8192,4096)|(8192,1024)|(8192,1024) bf16 (session 33): 2 units 0.947-0.966 of copy in five
-// rounds against 0.943-0.954 with 4 and 0.942-0.951 with 1; in vs_torch 0.977 / 0.978 of
-// torch.compile against 0.966 / 0.970 with 4.
-inline int concat_out_units() {
-  static const int units = [] {
-    const char* e = std::getenv("TESSEL_CONCAT_UNITS");
-    const int u = e != nullptr ? std::atoi(e) : 2;
-    return u == 1 || u == 4 ? u : 2;
-  }();
-  return units;
-}
+// Units per thread of concat_out_kernel. H200, (8192,4096)|(8192,1024)|(8192,1024) bf16
+// (session 33, an A/B knob since removed): 2 units 0.947-0.966 of copy in five rounds against
+// 0.943-0.954 with 4 and 0.942-0.951 with 1; in vs_torch 0.977 / 0.978 of torch.compile
+// against 0.966 / 0.970 with 4.
+constexpr int kCatOutUnits = 2;
 
 inline bool concat_out_order() {
   static const bool on = [] {
@@ -253,22 +245,12 @@ void concat(const Tensor* inputs, size_t count, int axis, Tensor& out, cudaStrea
         ++t.count;
         offset += w;
       }
-      auto go = [&](auto units_tag) {
-        constexpr int kUnits = decltype(units_tag)::value;
-        constexpr int64_t kOutTile = int64_t{kCatThreads} * kUnits;
-        const dim3 grid(static_cast<unsigned>((t.total + kOutTile - 1) / kOutTile));
-        if (t.total < (int64_t{1} << 31))
-          concat_out_kernel<U, uint32_t, kUnits><<<grid, kCatThreads, 0, stream>>>(t);
-        else
-          concat_out_kernel<U, int64_t, kUnits><<<grid, kCatThreads, 0, stream>>>(t);
-      };
-      const int units = concat_out_units();
-      if (units == 1)
-        go(std::integral_constant<int, 1>{});
-      else if (units == 2)
-        go(std::integral_constant<int, 2>{});
+      constexpr int64_t kOutTile = int64_t{kCatThreads} * kCatOutUnits;
+      const dim3 grid(static_cast<unsigned>((t.total + kOutTile - 1) / kOutTile));
+      if (t.total < (int64_t{1} << 31))
+        concat_out_kernel<U, uint32_t, kCatOutUnits><<<grid, kCatThreads, 0, stream>>>(t);
       else
-        go(std::integral_constant<int, 4>{});
+        concat_out_kernel<U, int64_t, kCatOutUnits><<<grid, kCatThreads, 0, stream>>>(t);
       detail::check_launch("concat");
       return;
     }
