@@ -2,8 +2,10 @@
 // thread-block cluster for a row kernel whose CTAs each stage one slice of a long row in shared
 // memory and need the whole row's statistics before writing. A cluster must start with all of
 // its CTAs in one GPC at once; these CTAs are placed one by one. Used by cross-entropy's
-// loss + dlogits (H200: 0.76 -> 0.83 of copy); the norms' staged forward measured slower with it
-// than with its cluster (docs/norms.md, session 26).
+// loss + dlogits for rows of more than 8 slices (session 26, H200: 0.76 -> 0.83 of copy against
+// the cluster kernel of the time; since session 33 the cluster kernel, exchanging by st.async,
+// leads where both apply); the norms' staged forward measured slower with it than with its
+// cluster (docs/norms.md, session 26).
 //
 // Protocol, per launch (scratch from SliceExchange, counters zeroed before the launch):
 //   slice id   thread 0 takes a ticket (atomicAdd): ids follow the order in which CTAs start,
@@ -30,7 +32,7 @@ __device__ __forceinline__ unsigned take_slice_ticket(unsigned* sync) {
 }
 
 // Thread 0: publish this slice's partial and wait until all `slices` of `row` have; sleep_ns > 0
-// sleeps between polls (A/B knob).
+// sleeps that long between polls of the row's counter.
 __device__ __forceinline__ void post_slice_and_wait(unsigned* sync, float4* part, int64_t row,
                                                     int slices, int rank, float4 v,
                                                     int sleep_ns = 0) {

@@ -14,9 +14,9 @@
 //             2·N·V·sizeof(T) bytes, the minimum (forward only: N·V·sizeof(T)).
 //             Rows of more than 8 slices, or TESSEL_CE_EXCHANGE=global: the same slices on
 //             independent CTAs exchanging through global memory (ops/slice_exchange.cuh,
-//             ce_exchange_kernel; up to 32 slices). H200, 4096 x 128256
-//             bf16, three rounds (session 33): cluster 0.877-0.896 of copy, global 0.80-0.85;
-//             the cluster kernel with cluster barriers (before session 33) 0.73-0.78.
+//             ce_exchange_kernel; up to 32 slices). H200, 4096 x 128256 bf16, three rounds
+//             (session 33): cluster 0.877-0.896 of copy, global 0.80-0.85; the cluster kernel
+//             with cluster barriers (before session 33) 0.73-0.78.
 //   stream  : longer rows, or rows that are not 16-byte aligned: one 1024-thread block per
 //             row, an online max/sum sweep then a gradient sweep (logits read twice,
 //             3·N·V·sizeof(T) bytes; the second read mostly hits L2 for rows ≲ 256 KB).
@@ -528,8 +528,8 @@ __global__ void __launch_bounds__(kClusterBlock)
 // (max, Σexp, Σx, x_t) through global memory (ops/slice_exchange.cuh) instead of distributed
 // shared memory; merged like the cluster kernel's (bit-identical results). H200, 4096 x 128256
 // bf16: 0.82-0.84 of copy against 0.75-0.78 with the cluster kernel of the time (session 26);
-// the cluster kernel without cluster barriers (session 33) leads it: TESSEL_CE_EXCHANGE=global
-// only.
+// the cluster kernel without cluster barriers (session 33) leads it, so this one takes rows of
+// more than 8 slices only (or TESSEL_CE_EXCHANGE=global).
 template <class T>
 __global__ void __launch_bounds__(kClusterBlock)
     ce_exchange_kernel(CeArgs a, int chunk, int slices, float4* part, unsigned* sync,
