@@ -9,6 +9,10 @@
 //   cs         plain loads, st.global.cs (streaming: evict-first in L2)
 //   nc256cs    both
 //   ef         ld.global.L2::evict_first (createpolicy) / plain stores
+//   el         ld.global.L1::evict_last.L2::cache_hint, an L2 evict_last policy (createpolicy)
+//   el1        ld.global.L1::evict_last (no L2 hint)
+//   el2        ld.global.L2::cache_hint, an L2 evict_last policy
+// (torch.compile's concat kernel loads with Triton's eviction_policy='evict_last'; session 34)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,8 +23,19 @@
 
 #include "probe_util.cuh"
 
-enum Ld { kLdPlain, kLdNc256, kLdEvictFirst };
-enum St { kStPlain, kStCs };
+enum Ld {
+  kLdPlain,
+  kLdNc256,
+  kLdEvictFirst,
+  kLdEvictLast,
+  kLdEvictLastL1,
+  kLdEvictLastL2,
+  kLdEvictUnchanged,
+  kLdEvictNormal,
+  kLdEvictLastReset,  // el, then each 128-byte line set back to evict_normal (applypriority)
+  kLdEvictLastHalf    // an L2 evict_last policy on half the lines (fraction 0.5)
+};
+enum St { kStPlain, kStCs, kStEvictFirst };
 
 template <int L>
 __device__ __forceinline__ uint4 load16(const uint4* p, uint64_t pol) {
@@ -33,7 +48,21 @@ __device__ __forceinline__ uint4 load16(const uint4* p, uint64_t pol) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
-  } else {
+  } else if constexpr (L == kLdEvictLast) {
+    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(pol));
+  } else if constexpr (L == kLdEvictLastL1) {
+    asm volatile("ld.global.L1::evict_last.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  } else if constexpr (L == kLdEvictLastReset) {
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(pol));
+    if ((threadIdx.x & 7) == 0)
+      asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(p) : "memory");
+  } else {  // evict_first / evict_last L2 policies
     asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p), "l"(pol));
@@ -42,14 +71,18 @@ __device__ __forceinline__ uint4 load16(const uint4* p, uint64_t pol) {
 }
 
 template <int S>
-__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+__device__ __forceinline__ void store16(uint4* p, uint4 v, uint64_t spol = 0) {
   if constexpr (S == kStPlain)
     asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
                  "r"(v.w)
                  : "memory");
-  else
+  else if constexpr (S == kStCs)
     asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
                  "r"(v.w)
+                 : "memory");
+  else
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;" ::"l"(p), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w), "l"(spol)
                  : "memory");
 }
 
@@ -57,9 +90,19 @@ __device__ __forceinline__ void store16(uint4* p, uint4 v) {
 template <int L, int S, int U>
 __global__ void __launch_bounds__(256)
     copy_kernel(const uint4* __restrict__ in, uint4* __restrict__ out, int64_t n) {
-  uint64_t pol = 0;
+  uint64_t pol = 0, spol = 0;
+  if constexpr (S == kStEvictFirst)
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(spol));
   if constexpr (L == kLdEvictFirst)
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  if constexpr (L == kLdEvictLast || L == kLdEvictLastL2 || L == kLdEvictLastReset)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  if constexpr (L == kLdEvictLastHalf)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 0.5;" : "=l"(pol));
+  if constexpr (L == kLdEvictUnchanged)
+    asm volatile("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(pol));
+  if constexpr (L == kLdEvictNormal)
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
   const int64_t stride = int64_t{gridDim.x} * blockDim.x * U;
   for (int64_t base = int64_t{blockIdx.x} * blockDim.x * U + threadIdx.x; base < n;
        base += stride) {
@@ -72,9 +115,18 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t i = base + int64_t{u} * blockDim.x;
-      if (i < n) store16<S>(out + i, v[u]);
+      if (i < n) store16<S>(out + i, v[u], spol);
     }
   }
+}
+
+// Reads n words (the L2 flush of the bench harness: a read of twice the L2, outside the events).
+__global__ void read_kernel(const uint4* __restrict__ in, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    acc ^= in[i].x;
+  if (acc == 0x12345678u) *sink = acc;
 }
 
 int main() {
@@ -115,7 +167,143 @@ int main() {
   run("nc256cs", copy_kernel<kLdNc256, kStCs, 4>, 4);
   run("ef", copy_kernel<kLdEvictFirst, kStPlain, 4>, 4);
   run("efcs", copy_kernel<kLdEvictFirst, kStCs, 4>, 4);
+  run("el", copy_kernel<kLdEvictLast, kStPlain, 1>, 1);
+  run("el", copy_kernel<kLdEvictLast, kStPlain, 4>, 4);
+  run("el1", copy_kernel<kLdEvictLastL1, kStPlain, 1>, 1);
+  run("el1", copy_kernel<kLdEvictLastL1, kStPlain, 4>, 4);
+  run("el2", copy_kernel<kLdEvictLastL2, kStPlain, 4>, 4);
+  run("elcs", copy_kernel<kLdEvictLast, kStCs, 4>, 4);
+  run("plain", copy_kernel<kLdPlain, kStPlain, 4>, 4);  // again: drift within the run
   CK(cudaGetLastError());
+  // Do evict_last loads survive the harness's read flush (L2 hits in the next timed run)? A
+  // 128 MiB copy timed (a) after a 2x-L2 read flush, on one buffer pair; (b) rotating over 8
+  // pairs (1 GiB each way: no reuse within L2). An advantage of el in (a) only is an artifact.
+  {
+    const size_t cb = size_t{128} << 20;
+    const int64_t cn = cb / 16;
+    const int kPairs = 8;
+    std::vector<uint4*> ins(kPairs), outs(kPairs);
+    for (int p = 0; p < kPairs; ++p) {
+      CK(cudaMalloc(&ins[p], cb));
+      CK(cudaMalloc(&outs[p], cb));
+      CK(cudaMemset(ins[p], 3, cb));
+    }
+    int l2 = 0;
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    const int64_t fn = 2 * int64_t{l2} / 16;
+    uint4* flush_buf = nullptr;
+    unsigned* sink = nullptr;
+    CK(cudaMalloc(&flush_buf, fn * 16));
+    CK(cudaMemset(flush_buf, 5, fn * 16));
+    CK(cudaMalloc(&sink, 4));
+    const int grid = static_cast<int>((cn + 256 * 4 - 1) / (256 * 4));
+    auto timed = [&](auto kernel, bool rotate) {
+      std::vector<float> t;
+      for (int i = 0; i < 43; ++i) {
+        const int p = rotate ? i % kPairs : 0;
+        if (!rotate) read_kernel<<<sms * 8, 256>>>(flush_buf, fn, sink);
+        cudaEventRecord(a);
+        kernel<<<grid, 256>>>(ins[p], outs[p], cn);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        if (i >= 3) t.push_back(ms);
+      }
+      std::sort(t.begin(), t.end());
+      return 2.0 * cb / (t[t.size() / 2] * 1e-3) / 1e9;
+    };
+    for (int round = 0; round < 2; ++round)
+      for (bool rotate : {false, true}) {
+        const double p4 = timed(copy_kernel<kLdPlain, kStPlain, 4>, rotate);
+        const double e4 = timed(copy_kernel<kLdEvictLast, kStPlain, 4>, rotate);
+        const double e2 = timed(copy_kernel<kLdEvictLastL2, kStPlain, 4>, rotate);
+        const double r4 = timed(copy_kernel<kLdEvictLastReset, kStPlain, 4>, rotate);
+        const double h4 = timed(copy_kernel<kLdEvictLastHalf, kStPlain, 4>, rotate);
+        const double f4 = timed(copy_kernel<kLdPlain, kStEvictFirst, 4>, rotate);
+        std::printf(
+            "128 MiB %-8s plain %7.1f  el %7.1f (%.3f)  el2 %7.1f (%.3f)  el+reset %7.1f (%.3f)  "
+            "el0.5 %7.1f (%.3f)  st-ef %7.1f (%.3f) GB/s\n",
+            rotate ? "rotate" : "flushed", p4, e4, e4 / p4, e2, e2 / p4, r4, r4 / p4, h4, h4 / p4,
+            f4, f4 / p4);
+      }
+    // Side effect: after a 128 MiB copy, a 24 MiB buffer is read twice; the second read's rate
+    // says how much of it stayed in L2 (lines the copy left marked evict_last may crowd it out).
+    int64_t wn = (int64_t{24} << 20) / 16;
+    auto reread = [&](auto kernel, bool copy) {
+      std::vector<float> t;
+      for (int i = 0; i < 23; ++i) {
+        if (copy) kernel<<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
+        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
+        cudaEventRecord(a);
+        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        if (i >= 3) t.push_back(ms);
+      }
+      std::sort(t.begin(), t.end());
+      return 16.0 * wn / (t[t.size() / 2] * 1e-3) / 1e9;
+    };
+    for (int mib : {12, 24, 12, 24})
+      wn = (int64_t{mib} << 20) / 16, std::printf("%d MiB re-read GB/s:", mib),
+      std::printf(" alone %7.1f  after plain copy %7.1f  after el copy %7.1f  "
+                  "after el+reset %7.1f  after el0.5 %7.1f  after st-ef %7.1f\n",
+                  reread(copy_kernel<kLdPlain, kStPlain, 4>, false),
+                  reread(copy_kernel<kLdPlain, kStPlain, 4>, true),
+                  reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true),
+                  reread(copy_kernel<kLdEvictLastReset, kStPlain, 4>, true),
+                  reread(copy_kernel<kLdEvictLastHalf, kStPlain, 4>, true),
+                  reread(copy_kernel<kLdPlain, kStEvictFirst, 4>, true));
+    // Does a streaming copy itself slow down after a kernel that left evict_last lines behind
+    // (the harness's read flush does not evict them)? A plain 128 MiB copy timed after the read
+    // flush, preceded by: a plain copy of another pair; an el copy; an el copy and
+    // cudaCtxResetPersistingL2Cache().
+    auto after = [&](int pre) {
+      std::vector<float> t;
+      for (int i = 0; i < 23; ++i) {
+        if (pre == 0) copy_kernel<kLdPlain, kStPlain, 4><<<grid, 256>>>(ins[1], outs[1], cn);
+        if (pre >= 1) copy_kernel<kLdEvictLast, kStPlain, 4><<<grid, 256>>>(ins[1], outs[1], cn);
+        if (pre == 2) cudaCtxResetPersistingL2Cache();
+        read_kernel<<<sms * 8, 256>>>(flush_buf, fn, sink);
+        cudaEventRecord(a);
+        copy_kernel<kLdPlain, kStPlain, 4><<<grid, 256>>>(ins[0], outs[0], cn);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        if (i >= 3) t.push_back(ms);
+      }
+      std::sort(t.begin(), t.end());
+      return 2.0 * cb / (t[t.size() / 2] * 1e-3) / 1e9;
+    };
+    for (int round = 0; round < 2; ++round)
+      std::printf("plain 128 MiB copy after: a plain copy %7.1f  an el copy %7.1f  an el copy + "
+                  "reset persisting %7.1f GB/s\n",
+                  after(0), after(1), after(2));
+    for (int round = 0; round < 2; ++round) {
+      const double r0 = [&] { return reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true); }();
+      std::printf("24 MiB re-read after el copy %7.1f", r0);
+      // the same with cudaCtxResetPersistingL2Cache between the copy and the re-read
+      std::vector<float> t;
+      for (int i = 0; i < 23; ++i) {
+        copy_kernel<kLdEvictLast, kStPlain, 4><<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
+        cudaCtxResetPersistingL2Cache();
+        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
+        cudaEventRecord(a);
+        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        if (i >= 3) t.push_back(ms);
+      }
+      std::sort(t.begin(), t.end());
+      std::printf("  with reset persisting %7.1f GB/s\n", 16.0 * wn / (t[t.size() / 2] * 1e-3) / 1e9);
+    }
+    CK(cudaGetLastError());
+  }
   std::printf(
       "memcpy again               %8.1f GB/s\n",
       gbs(median_ms([&] { cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice); }, a, b)));
