@@ -74,6 +74,15 @@ __device__ __forceinline__ void bulk_copy_g2s_hint(void* dst, const void* src, u
       : "memory");
 }
 
+// Named CTA barrier halves (bar.sync / bar.arrive on barrier `id`, `threads` arrivals in all):
+// the threads that need the others' shared-memory writes wait, the rest arrive and go on.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Cluster barrier halves without the release that cg's cluster.sync() / barrier_arrive() give
 // every thread (a memory barrier each). For arrivals that publish nothing, or whose one writer
 // fenced first (fence_cluster); the wait keeps its acquire.

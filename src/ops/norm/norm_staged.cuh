@@ -36,6 +36,8 @@ using detail::mbar_arrive_expect_tx;
 using detail::mbar_init;
 using detail::mbar_init_fence;
 using detail::mbar_wait;
+using detail::named_barrier_arrive;
+using detail::named_barrier_sync;
 using detail::st_async_f2;
 using detail::st_async_f4;
 
@@ -945,7 +947,8 @@ constexpr int kGnBwdMaxCpg = 4096;
 constexpr int64_t kGnBwdSliceTarget = 16 * 1024;
 constexpr int kGnBwdStages = 2;
 constexpr int kGnBwdMaxStages = 4;
-constexpr int kGnBwdClusterMax = 16;  // non-portable above 8 (TESSEL_NORM_GN_BWD_SLICE_KB)
+constexpr int kGnBwdClusterMax = 16;   // non-portable above 8 (TESSEL_NORM_GN_BWD_SLICE_KB)
+constexpr int kGnBwdPartsBarrier = 1;  // named barrier: the warps' channel partials are stored
 
 // Persistent: a cluster handles rows row0, row0 + step, ...; its CTAs keep the same column
 // slice, staged in a 2-deep ring (the next row's x and dy land while this one is reduced and
@@ -971,7 +974,9 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
   __shared__ uint64_t recv_bar[2];  // row parity
   __shared__ float2 warp_part[kGnBwdMaxSliceCh][kGnBwdWarps];
   __shared__ float w_slice[kGnBwdMaxSliceCh];  // rstd * w of the slice's channels, this row
-  __shared__ RedSmem red;
+  // [row parity][sender rank]: each rank's (sum w_k A_k, sum w_k B_k) over its slice's
+  // channels, pushed to every rank: the row sums are their rank-order total.
+  __shared__ float2 recv_w[2][kGnBwdClusterMax];
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int csize = static_cast<int>(cluster.num_blocks());
@@ -983,7 +988,8 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
   const int nv = n / VEC;
   const uint32_t slice_bytes = static_cast<uint32_t>(n) * sizeof(T);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // [row parity][sender rank][sender's slice channel]: the peers' (A, B) partials, past the ring
+  // [row parity][sender rank][sender's slice channel]: the ranks' (A, B) channel partials, past
+  // the ring; only rank 0 receives them (the per-(n, c) dw/db partials)
   float2(*const recv)[kGnBwdMaxSliceCh] =
       reinterpret_cast<float2(*)[kGnBwdMaxSliceCh]>(ring + int64_t{stages} * 2 * chunk);
   auto recv_at = [&](int b, int r) { return recv[b * csize + r]; };
@@ -1004,8 +1010,9 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
   };
   if (tid < kGnBwdClusterMax)
     rank_ch[tid] = tid < csize ? make_int2(r_lo(tid), r_nch(tid)) : make_int2(0, 0);
-  uint32_t recv_bytes = 0;
-  for (int r = 0; r < csize; ++r) recv_bytes += static_cast<uint32_t>(r_nch(r)) * sizeof(float2);
+  uint32_t recv_bytes = static_cast<uint32_t>(csize) * sizeof(float2);  // recv_w
+  if (rank == 0)
+    for (int r = 0; r < csize; ++r) recv_bytes += static_cast<uint32_t>(r_nch(r)) * sizeof(float2);
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kGnBwdMaxStages; ++s)
@@ -1032,23 +1039,33 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
       if (b < mine) mbar_arrive_expect_tx(&recv_bar[b], recv_bytes);
   }
   const float inv_n = 1.f / static_cast<float>(cols);
-  int phase = 0;
   // The row's group (row % groups) kept incrementally: no 64-bit modulo per row.
   int grp = static_cast<int>(row0 % a.groups);
   const int grp_step = static_cast<int>(step % a.groups);
+  // mean, rstd and the weight of this thread's slice channel (tid <= ch_hi - ch_lo) of row k,
+  // loaded a row ahead: their global-load latency sat on every row's path (5 % of the stall
+  // samples, session 34).
+  float mean_n = 0.f, rstd_n = 0.f, w_n = 0.f;
+  auto load_params = [&](int64_t k) {
+    if (k >= mine) return;
+    const int64_t row = row0 + k * step;
+    mean_n = a.mean[row];
+    rstd_n = a.rstd[row];
+    if (tid <= ch_hi - ch_lo) w_n = to_f32(static_cast<const T*>(a.w)[grp * cpg + ch_lo + tid]);
+    grp += grp_step;
+    if (grp >= a.groups) grp -= a.groups;
+  };
+  load_params(0);
   int s = 0;              // stage of row k (k % stages)
   uint32_t s_parity = 0;  // (k / stages) & 1
 #pragma unroll 1
   for (int64_t k = 0; k < mine; ++k) {
     const int64_t row = row0 + k * step;
     const int b = static_cast<int>(k & 1);
-    const float mean = a.mean[row], rstd = a.rstd[row];
-    const T* w = static_cast<const T*>(a.w) + grp * cpg;
-    grp += grp_step;
-    if (grp >= a.groups) grp -= a.groups;
-    const float w_first = tid < cpg ? to_f32(w[tid]) : 0.f;  // loaded before the waits
+    const float mean = mean_n, rstd = rstd_n, w_own = w_n;
+    load_params(k + 1);
     // Past the previous row's closing barrier: nobody reads w_slice any more.
-    if (tid <= ch_hi - ch_lo) w_slice[tid] = rstd * to_f32(w[ch_lo + tid]);
+    if (tid <= ch_hi - ch_lo) w_slice[tid] = rstd * w_own;
     mbar_wait(&full[s], s_parity);
     const T* xs = x_stage(s);
     const T* gs = g_stage(s);
@@ -1069,42 +1086,35 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
       const float2 t = warp_sum2(make_float2(s1, s2));
       if (lane == 0) warp_part[c - ch_lo][warp] = t;
     }
-    __syncthreads();
-    if (tid <= ch_hi - ch_lo) {  // warp 0 (< kGnBwdMaxSliceCh channels): push to every rank
-      float2 t = warp_part[tid][0];
+    // Warp 0 sums the warps' partials; the others go on to the exchange wait.
+    if (warp == 0) {
+      named_barrier_sync(kGnBwdPartsBarrier, kGnBwdBlock);
+      // Lane l: channel ch_lo + l of the slice (< kGnBwdMaxSliceCh <= 32 channels).
+      const bool own = lane <= ch_hi - ch_lo;
+      float2 t = make_float2(0.f, 0.f);
+      if (own) {
+        t = warp_part[lane][0];
 #pragma unroll
-      for (int q = 1; q < kGnBwdWarps; ++q) {
-        t.x += warp_part[tid][q].x;
-        t.y += warp_part[tid][q].y;
+        for (int q = 1; q < kGnBwdWarps; ++q) {
+          t.x += warp_part[lane][q].x;
+          t.y += warp_part[lane][q].y;
+        }
+        st_async_f2(&recv_at(b, rank)[lane], &recv_bar[b], 0u, t);  // rank 0: dw/db partials
       }
-      for (int r = 0; r < csize; ++r)
-        st_async_f2(&recv_at(b, rank)[tid], &recv_bar[b], static_cast<uint32_t>(r), t);
+      const float2 u =
+          warp_sum2(own ? make_float2(w_own * t.x, w_own * t.y) : make_float2(0.f, 0.f));
+      if (lane < csize) st_async_f2(&recv_w[b][rank], &recv_bar[b], static_cast<uint32_t>(lane), u);
+    } else {
+      named_barrier_arrive(kGnBwdPartsBarrier, kGnBwdBlock);
     }
     mbar_wait(&recv_bar[b], static_cast<uint32_t>(k >> 1) & 1u);
-    // Row sums (every CTA alike) and, by rank 0, the per-(n, c) dw/db partials: channel c's
-    // partials from the ranks whose slices touch it, in rank order.
-    float s_gx = 0.f, s_g = 0.f;
-    for (int c = tid; c < cpg; c += kGnBwdBlock) {
-      float2 t = make_float2(0.f, 0.f);
-#pragma unroll
-      for (int r = 0; r < kGnBwdClusterMax; ++r) {
-        const int2 rc = rank_ch[r];  // (0, 0) past csize
-        const int i = c - rc.x;
-        if (i >= 0 && i < rc.y) {
-          const float2 p = recv_at(b, r)[i];
-          t.x += p.x;
-          t.y += p.y;
-        }
-      }
-      const float wk = c == tid ? w_first : to_f32(w[c]);
-      s_gx = fmaf(wk, t.x, s_gx);
-      s_g = fmaf(wk, t.y, s_g);
-      if (rank == 0) {
-        ch_ws[row * cpg + c] = t.x * rstd;
-        ch_ws[nc + row * cpg + c] = t.y;
-      }
+    // Row sums: sum_c w_c A_c = sum over ranks of each rank's sum over its slice's channels,
+    // added in rank order by every thread (the same result in every CTA of the cluster).
+    float2 sums = recv_w[b][0];
+    for (int r = 1; r < csize; ++r) {
+      sums.x += recv_w[b][r].x;
+      sums.y += recv_w[b][r].y;
     }
-    const float2 sums = row_sum2<Cfg<VEC, kGnBwdBlock, 1>>(make_float2(s_gx, s_g), red, phase);
     const float m_gx = sums.x * rstd * inv_n, m_g = sums.y * inv_n;
     // dx = rstd (g w - xh m_gx - m_g) = g (rstd w) + (x - mean) A + B, A = -rstd^2 m_gx,
     // B = -rstd m_g: four FP operations per element instead of six, rstd w from w_slice.
@@ -1123,6 +1133,25 @@ __global__ void __launch_bounds__(kGnBwdBlock, 3)
       for (int j = 0; j < VEC; ++j)
         o.v[j] = from_f32<T>(fmaf(gf.at(j), rw, fmaf(xf.at(j) - mean, cA, cB)));
       store_frag_global<VEC>(dr + v * VEC, o);
+    }
+    if (rank == 0) {
+      // The per-(n, c) dw/db partials: channel c's partials from the ranks whose slices touch
+      // it, in rank order (after the dx stores: off the other ranks' path).
+      for (int c = tid; c < cpg; c += kGnBwdBlock) {
+        float2 t = make_float2(0.f, 0.f);
+#pragma unroll
+        for (int r = 0; r < kGnBwdClusterMax; ++r) {
+          const int2 rc = rank_ch[r];  // (0, 0) past csize
+          const int i = c - rc.x;
+          if (i >= 0 && i < rc.y) {
+            const float2 p = recv_at(b, r)[i];
+            t.x += p.x;
+            t.y += p.y;
+          }
+        }
+        ch_ws[row * cpg + c] = t.x * rstd;
+        ch_ws[nc + row * cpg + c] = t.y;
+      }
     }
     __syncthreads();  // every thread is done with stage s, w_slice and recv[b]: refill them
     if (tid == 0) {
