@@ -934,9 +934,10 @@ bool launch_bwd_long(NormArgs a, bool vec_ok, void* dw, void* db, cudaStream_t s
 //   A_k = sum dy (x - mean),  B_k = sum dy     (over the channel's hw elements)
 // which give dw/db partials (A_k * rstd, B_k; summed over n by sum_slots_kernel) and the row
 // sums of the backward: sum g xhat = rstd sum_k w_k A_k, sum g = sum_k w_k B_k (g = dy w).
-// Order: a CTA reduces each of its channels over warps then the CTA's 8 warps in order; the
-// cluster adds its CTAs' channel partials in rank order; every CTA forms the row sums the same
-// way, so results are deterministic.
+// Order: a CTA reduces each of its channels over warps then the CTA's 8 warps in order; its
+// weighted pair (sum w_k A_k, sum w_k B_k over its slice's channels) is one warp sum; every CTA
+// adds the cluster's pairs in rank order, rank 0 the channel partials, so results are
+// deterministic.
 constexpr int kGnBwdBlock = 256;
 constexpr int kGnBwdWarps = kGnBwdBlock / 32;
 constexpr int kGnBwdMaxSliceCh = 32;  // channels that one CTA's slice may touch
@@ -954,13 +955,15 @@ constexpr int kGnBwdPartsBarrier = 1;  // named barrier: the warps' channel part
 // slice, staged in a 2-deep ring (the next row's x and dy land while this one is reduced and
 // written; one row per short-lived cluster measured 0.76-0.79 of copy bandwidth at
 // 32x512x64x64 bf16).
-// Exchange without a cluster barrier: warp 0 pushes the CTA's channel partials into every
-// peer's recv[k % 2][rank] with st.async, completing on the peer's recv_bar[k % 2]; each CTA
-// waits for the row's bytes from all ranks and sums a channel's partials from local shared
-// memory in rank order. The per-row barrier it replaces put a fence (MEMBAR.ALL.GPU, behind
-// warp 0's dx stores of the previous row) and a DSMEM gather per channel on every row's path.
-// A parity buffer is pushed again (row k + 2) only after every peer has pushed row k + 1, which
-// each does after reading row k: the receiver's reads are done by then.
+// Exchange without a cluster barrier: warp 0 pushes the CTA's weighted pair into every rank's
+// recv_w[k % 2][rank] and its channel partials into rank 0's recv[k % 2][rank] with st.async,
+// completing on the receiver's recv_bar[k % 2]; each CTA waits for the row's bytes and adds the
+// pairs from local shared memory in rank order (session 34: the block reduction of per-channel
+// sums it replaces held warps 1-7 at a barrier while warp 0 summed the channels, 9 % of the
+// stall samples). The per-row cluster barrier before that put a fence (MEMBAR.ALL.GPU) and a
+// DSMEM gather per channel on every row's path. A parity buffer is pushed again (row k + 2)
+// only after every peer has pushed row k + 1, which each does after reading row k (the closing
+// __syncthreads orders rank 0's channel reads too): the receiver's reads are done by then.
 template <class T>
 __global__ void __launch_bounds__(kGnBwdBlock, 3)
     gn_bwd_staged_kernel(const NormArgs a, int chunk, int stages, float* __restrict__ ch_ws,
