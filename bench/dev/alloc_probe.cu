@@ -17,8 +17,8 @@
 
 #include "probe_util.cuh"
 
-__global__ void __launch_bounds__(256) copy4(const uint4* __restrict__ in, uint4* __restrict__ out,
-                                             int64_t n) {
+__global__ void __launch_bounds__(256)
+    copy4(const uint4* __restrict__ in, uint4* __restrict__ out, int64_t n) {
   const int64_t base = int64_t{blockIdx.x} * 1024 + threadIdx.x;
   uint4 v[4];
 #pragma unroll
@@ -88,8 +88,8 @@ int main() {
             cudaEventRecord(b);
           },
           a, b);
-      std::printf("%-8s %p %p  %7.1f GB/s  %.2f us\n", tag, in, out, 2.0 * bytes / (ms * 1e-3) / 1e9,
-                  ms * 1e3);
+      std::printf("%-8s %p %p  %7.1f GB/s  %.2f us\n", tag, in, out,
+                  2.0 * bytes / (ms * 1e-3) / 1e9, ms * 1e3);
     }
   };
   void *in = nullptr, *out = nullptr;

@@ -248,14 +248,15 @@ int main() {
     };
     for (int mib : {12, 24, 12, 24})
       wn = (int64_t{mib} << 20) / 16, std::printf("%d MiB re-read GB/s:", mib),
-      std::printf(" alone %7.1f  after plain copy %7.1f  after el copy %7.1f  "
-                  "after el+reset %7.1f  after el0.5 %7.1f  after st-ef %7.1f\n",
-                  reread(copy_kernel<kLdPlain, kStPlain, 4>, false),
-                  reread(copy_kernel<kLdPlain, kStPlain, 4>, true),
-                  reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true),
-                  reread(copy_kernel<kLdEvictLastReset, kStPlain, 4>, true),
-                  reread(copy_kernel<kLdEvictLastHalf, kStPlain, 4>, true),
-                  reread(copy_kernel<kLdPlain, kStEvictFirst, 4>, true));
+      std::printf(
+          " alone %7.1f  after plain copy %7.1f  after el copy %7.1f  "
+          "after el+reset %7.1f  after el0.5 %7.1f  after st-ef %7.1f\n",
+          reread(copy_kernel<kLdPlain, kStPlain, 4>, false),
+          reread(copy_kernel<kLdPlain, kStPlain, 4>, true),
+          reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true),
+          reread(copy_kernel<kLdEvictLastReset, kStPlain, 4>, true),
+          reread(copy_kernel<kLdEvictLastHalf, kStPlain, 4>, true),
+          reread(copy_kernel<kLdPlain, kStEvictFirst, 4>, true));
     // Does a streaming copy itself slow down after a kernel that left evict_last lines behind
     // (the harness's read flush does not evict them)? A plain 128 MiB copy timed after the read
     // flush, preceded by: a plain copy of another pair; an el copy; an el copy and
@@ -279,16 +280,18 @@ int main() {
       return 2.0 * cb / (t[t.size() / 2] * 1e-3) / 1e9;
     };
     for (int round = 0; round < 2; ++round)
-      std::printf("plain 128 MiB copy after: a plain copy %7.1f  an el copy %7.1f  an el copy + "
-                  "reset persisting %7.1f GB/s\n",
-                  after(0), after(1), after(2));
+      std::printf(
+          "plain 128 MiB copy after: a plain copy %7.1f  an el copy %7.1f  an el copy + "
+          "reset persisting %7.1f GB/s\n",
+          after(0), after(1), after(2));
     for (int round = 0; round < 2; ++round) {
       const double r0 = [&] { return reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true); }();
       std::printf("24 MiB re-read after el copy %7.1f", r0);
       // the same with cudaCtxResetPersistingL2Cache between the copy and the re-read
       std::vector<float> t;
       for (int i = 0; i < 23; ++i) {
-        copy_kernel<kLdEvictLast, kStPlain, 4><<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
+        copy_kernel<kLdEvictLast, kStPlain, 4>
+            <<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
         cudaCtxResetPersistingL2Cache();
         read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
         cudaEventRecord(a);
@@ -300,7 +303,8 @@ int main() {
         if (i >= 3) t.push_back(ms);
       }
       std::sort(t.begin(), t.end());
-      std::printf("  with reset persisting %7.1f GB/s\n", 16.0 * wn / (t[t.size() / 2] * 1e-3) / 1e9);
+      std::printf("  with reset persisting %7.1f GB/s\n",
+                  16.0 * wn / (t[t.size() / 2] * 1e-3) / 1e9);
     }
     CK(cudaGetLastError());
   }
