@@ -2,7 +2,7 @@
 // rate of a streaming kernel? The suites' concat (sessions 10, 27, 34) and GroupNorm backward
 // (session 34) read a few microseconds slower in some processes or after earlier cases had
 // allocated and freed gigabytes. A plain 16-byte copy of 192 MiB is timed (read flush of 2x L2
-// before each run, median of 25) on buffers from:
+// before each run, median of 25 after 3 warm-ups) on buffers from:
 //   fresh    cudaMalloc in a fresh process
 //   churned  cudaMalloc after 320 buffers of 8 MiB were allocated, written and freed
 //   vmm      cuMemCreate / cuMemMap with the recommended granularity (2 MiB), after the churn
@@ -27,14 +27,6 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int u = 0; u < 4; ++u)
     if (base + u * 256 < n) out[base + u * 256] = v[u];
-}
-
-__global__ void read_kernel(const uint4* __restrict__ in, int64_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x)
-    acc ^= in[i].x;
-  if (acc == 0x12345678u) *sink = acc;
 }
 
 static void* vmm_alloc(size_t bytes) {
@@ -63,15 +55,8 @@ static void* vmm_alloc(size_t bytes) {
 int main() {
   const size_t bytes = size_t{192} << 20;
   const int64_t n = bytes / 16;
-  int sms = 0, l2 = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const int64_t fn = 2 * int64_t{l2} / 16;
-  uint4* flush = nullptr;
-  unsigned* sink = nullptr;
-  CK(cudaMalloc(&flush, fn * 16));
-  CK(cudaMemset(flush, 1, fn * 16));
-  CK(cudaMalloc(&sink, 4));
+  ReadFlush flush;
+  CK(flush.init());
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
@@ -80,14 +65,12 @@ int main() {
     cudaMemset(out, 0, bytes);
     const int grid = static_cast<int>((n + 1023) / 1024);
     for (int round = 0; round < 3; ++round) {
-      const float ms = median_ms(
-          [&] {
-            read_kernel<<<sms * 8, 256>>>(flush, fn, sink);
-            cudaEventRecord(a);
-            copy4<<<grid, 256>>>(static_cast<const uint4*>(in), static_cast<uint4*>(out), n);
-            cudaEventRecord(b);
-          },
-          a, b);
+      const float ms = median_ms_after([&](int) { flush.run(); },
+                                       [&](int) {
+                                         copy4<<<grid, 256>>>(static_cast<const uint4*>(in),
+                                                              static_cast<uint4*>(out), n);
+                                       },
+                                       a, b, 25);
       std::printf("%-8s %p %p  %7.1f GB/s  %.2f us\n", tag, in, out,
                   2.0 * bytes / (ms * 1e-3) / 1e9, ms * 1e3);
     }

@@ -120,15 +120,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Reads n words (the L2 flush of the bench harness: a read of twice the L2, outside the events).
-__global__ void read_kernel(const uint4* __restrict__ in, int64_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x)
-    acc ^= in[i].x;
-  if (acc == 0x12345678u) *sink = acc;
-}
-
 int main() {
   const size_t bytes = size_t{512} << 20;
   const int64_t n = bytes / 16;
@@ -188,30 +179,20 @@ int main() {
       CK(cudaMalloc(&outs[p], cb));
       CK(cudaMemset(ins[p], 3, cb));
     }
-    int l2 = 0;
-    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-    const int64_t fn = 2 * int64_t{l2} / 16;
-    uint4* flush_buf = nullptr;
-    unsigned* sink = nullptr;
-    CK(cudaMalloc(&flush_buf, fn * 16));
-    CK(cudaMemset(flush_buf, 5, fn * 16));
-    CK(cudaMalloc(&sink, 4));
+    ReadFlush flush;
+    CK(flush.init());
     const int grid = static_cast<int>((cn + 256 * 4 - 1) / (256 * 4));
     auto timed = [&](auto kernel, bool rotate) {
-      std::vector<float> t;
-      for (int i = 0; i < 43; ++i) {
-        const int p = rotate ? i % kPairs : 0;
-        if (!rotate) read_kernel<<<sms * 8, 256>>>(flush_buf, fn, sink);
-        cudaEventRecord(a);
-        kernel<<<grid, 256>>>(ins[p], outs[p], cn);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
-        if (i >= 3) t.push_back(ms);
-      }
-      std::sort(t.begin(), t.end());
-      return 2.0 * cb / (t[t.size() / 2] * 1e-3) / 1e9;
+      const float ms = median_ms_after(
+          [&](int) {
+            if (!rotate) flush.run();
+          },
+          [&](int i) {
+            const int p = rotate ? i % kPairs : 0;
+            kernel<<<grid, 256>>>(ins[p], outs[p], cn);
+          },
+          a, b, 40);
+      return 2.0 * cb / (ms * 1e-3) / 1e9;
     };
     for (int round = 0; round < 2; ++round)
       for (bool rotate : {false, true}) {
@@ -230,21 +211,16 @@ int main() {
     // Side effect: after a 128 MiB copy, a 24 MiB buffer is read twice; the second read's rate
     // says how much of it stayed in L2 (lines the copy left marked evict_last may crowd it out).
     int64_t wn = (int64_t{24} << 20) / 16;
-    auto reread = [&](auto kernel, bool copy) {
-      std::vector<float> t;
-      for (int i = 0; i < 23; ++i) {
-        if (copy) kernel<<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
-        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
-        cudaEventRecord(a);
-        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
-        if (i >= 3) t.push_back(ms);
-      }
-      std::sort(t.begin(), t.end());
-      return 16.0 * wn / (t[t.size() / 2] * 1e-3) / 1e9;
+    // reset: cudaCtxResetPersistingL2Cache() between the copy and the first read.
+    auto reread = [&](auto kernel, bool copy, bool reset = false) {
+      const float ms = median_ms_after(
+          [&](int i) {
+            if (copy) kernel<<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
+            if (reset) cudaCtxResetPersistingL2Cache();
+            flush.run(wn);
+          },
+          [&](int) { flush.run(wn); }, a, b);
+      return 16.0 * wn / (ms * 1e-3) / 1e9;
     };
     for (int mib : {12, 24, 12, 24})
       wn = (int64_t{mib} << 20) / 16, std::printf("%d MiB re-read GB/s:", mib),
@@ -262,50 +238,27 @@ int main() {
     // flush, preceded by: a plain copy of another pair; an el copy; an el copy and
     // cudaCtxResetPersistingL2Cache().
     auto after = [&](int pre) {
-      std::vector<float> t;
-      for (int i = 0; i < 23; ++i) {
-        if (pre == 0) copy_kernel<kLdPlain, kStPlain, 4><<<grid, 256>>>(ins[1], outs[1], cn);
-        if (pre >= 1) copy_kernel<kLdEvictLast, kStPlain, 4><<<grid, 256>>>(ins[1], outs[1], cn);
-        if (pre == 2) cudaCtxResetPersistingL2Cache();
-        read_kernel<<<sms * 8, 256>>>(flush_buf, fn, sink);
-        cudaEventRecord(a);
-        copy_kernel<kLdPlain, kStPlain, 4><<<grid, 256>>>(ins[0], outs[0], cn);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
-        if (i >= 3) t.push_back(ms);
-      }
-      std::sort(t.begin(), t.end());
-      return 2.0 * cb / (t[t.size() / 2] * 1e-3) / 1e9;
+      const float ms = median_ms_after(
+          [&](int) {
+            if (pre == 0) copy_kernel<kLdPlain, kStPlain, 4><<<grid, 256>>>(ins[1], outs[1], cn);
+            if (pre >= 1)
+              copy_kernel<kLdEvictLast, kStPlain, 4><<<grid, 256>>>(ins[1], outs[1], cn);
+            if (pre == 2) cudaCtxResetPersistingL2Cache();
+            flush.run();
+          },
+          [&](int) { copy_kernel<kLdPlain, kStPlain, 4><<<grid, 256>>>(ins[0], outs[0], cn); }, a,
+          b);
+      return 2.0 * cb / (ms * 1e-3) / 1e9;
     };
     for (int round = 0; round < 2; ++round)
       std::printf(
           "plain 128 MiB copy after: a plain copy %7.1f  an el copy %7.1f  an el copy + "
           "reset persisting %7.1f GB/s\n",
           after(0), after(1), after(2));
-    for (int round = 0; round < 2; ++round) {
-      const double r0 = [&] { return reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true); }();
-      std::printf("24 MiB re-read after el copy %7.1f", r0);
-      // the same with cudaCtxResetPersistingL2Cache between the copy and the re-read
-      std::vector<float> t;
-      for (int i = 0; i < 23; ++i) {
-        copy_kernel<kLdEvictLast, kStPlain, 4>
-            <<<grid, 256>>>(ins[i % kPairs], outs[i % kPairs], cn);
-        cudaCtxResetPersistingL2Cache();
-        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
-        cudaEventRecord(a);
-        read_kernel<<<sms * 8, 256>>>(flush_buf, wn, sink);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
-        if (i >= 3) t.push_back(ms);
-      }
-      std::sort(t.begin(), t.end());
-      std::printf("  with reset persisting %7.1f GB/s\n",
-                  16.0 * wn / (t[t.size() / 2] * 1e-3) / 1e9);
-    }
+    for (int round = 0; round < 2; ++round)
+      std::printf("24 MiB re-read after el copy %7.1f  with reset persisting %7.1f GB/s\n",
+                  reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true),
+                  reread(copy_kernel<kLdEvictLast, kStPlain, 4>, true, true));
     CK(cudaGetLastError());
   }
   std::printf(
