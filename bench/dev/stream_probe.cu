@@ -56,16 +56,13 @@ __device__ __forceinline__ uint4 load16(const uint4* p, uint64_t pol) {
     asm volatile("ld.global.L1::evict_last.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
-  } else if constexpr (L == kLdEvictLastReset) {
+  } else {  // an L2 policy (evict_first / evict_last / unchanged / normal, fraction)
     asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p), "l"(pol));
-    if ((threadIdx.x & 7) == 0)
-      asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(p) : "memory");
-  } else {  // evict_first / evict_last L2 policies
-    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(pol));
+    if constexpr (L == kLdEvictLastReset)  // each 128-byte line back to evict_normal
+      if ((threadIdx.x & 7) == 0)
+        asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(p) : "memory");
   }
   return v;
 }
