@@ -22,6 +22,7 @@
 
 #include "bench_util.cuh"
 #include "harness.hpp"
+#include "scoped_env.hpp"
 #include "tessel/attention.hpp"
 #include "tessel/gemm.hpp"
 #include "tessel/ops.hpp"
@@ -64,12 +65,7 @@ void attention_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, int64
   rec.metric = "TFLOP/s";
   rec.baseline = kBaseline;
   rec.target = "ratio>=1.0";
-  rec.shape = {{"B", b},
-               {"Hq", hq},
-               {"Hkv", hkv},
-               {"Sq", s},
-               {"Skv", s},
-               {"D", d}};
+  rec.shape = {{"B", b}, {"Hq", hq}, {"Hkv", hkv}, {"Sq", s}, {"Skv", s}, {"D", d}};
   rec.flags = {{"causal", causal}};
   char buf[160];
   std::snprintf(buf, sizeof buf, "B%lld H%lld/%lld S%lld D%lld %s", (long long)b, (long long)hq,
@@ -86,9 +82,10 @@ void attention_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, int64
     Tensor c1 = Tensor::contiguous(o1.get(), DType::bf16, {1, s, hc, d});
     Tensor c2 = Tensor::contiguous(o2.get(), DType::bf16, {1, s, hc, d});
     attention_forward(cq, ck, cv, c1, nullptr, p, st);
-    setenv("TESSEL_ATTENTION_PATH", "simt", 1);
-    attention_forward(cq, ck, cv, c2, nullptr, p, st);
-    unsetenv("TESSEL_ATTENTION_PATH");
+    {
+      const ScopedEnv simt("TESSEL_ATTENTION_PATH", "simt");
+      attention_forward(cq, ck, cv, c2, nullptr, p, st);
+    }
     const CompareResult cr =
         compare_device(o1.as<bf16>(), o2.as<bf16>(), size_t(s * hc * d), 1.6e-2f, 1.6e-2f, st);
     rec.check = cr.ok ? "OK" : "FAIL";

@@ -24,6 +24,7 @@
 
 #include "bench_util.cuh"
 #include "harness.hpp"
+#include "scoped_env.hpp"
 #include "tessel/attention.hpp"
 #include "tessel/attention_backward.hpp"
 #include "tessel/tensor.hpp"
@@ -97,9 +98,11 @@ void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, i
     rec.baseline_value = flops / (rec.baseline_ms * 1e-3) / 1e12;
     // The default mode on the mma.sync kernels (what the WGMMA kernel replaced), for the
     // record: TESSEL_ATTENTION_BWD_PATH=mma.
-    setenv("TESSEL_ATTENTION_BWD_PATH", "mma", 1);
-    const double mma_ms = ctx.timer().measure(ours, ctx.measure_options());
-    unsetenv("TESSEL_ATTENTION_BWD_PATH");
+    double mma_ms;
+    {
+      const ScopedEnv mma("TESSEL_ATTENTION_BWD_PATH", "mma");
+      mma_ms = ctx.timer().measure(ours, ctx.measure_options());
+    }
     char note[96];
     std::snprintf(note, sizeof note, "; default mode on mma.sync: %.1f TFLOP/s (%.3f ms)",
                   flops / (mma_ms * 1e-3) / 1e12, mma_ms);
