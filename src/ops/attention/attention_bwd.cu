@@ -4,7 +4,8 @@
 //   2. dk/dv kernel (+ dq atomics into an f32 workspace; deterministic: a dq kernel instead):
 //      the TMA + WGMMA kernel (attention_bwd_wgmma_kernel.cuh) where bwd_wgmma_supported(),
 //      else the mma.sync kernels (attention_bwd_kernel.cuh)
-//   3. dq workspace -> dq in the input dtype   (not in deterministic mode)
+//   3. dq workspace -> dq in the input dtype   (not in deterministic mode; the D = 64 / 128
+//      WGMMA kernel's workspace is blocked by 64-row tiles, attention_bwd.cuh)
 //   4. d_sinks (optional): one CTA per head, a fixed-order reduction
 //   flops (reported by the bench): 2.5 x the forward's 4 * B * Hq * Sq * Skv * D, halved for
 //   causal (the FlashAttention convention)
@@ -75,6 +76,52 @@ __global__ void attention_bwd_dq_convert(const float* acc, T* dq, int64_t n, int
   }
 }
 
+// The blocked dq workspace (attention_bwd.cuh) -> dq in T: one CTA per (tile, head) reads the
+// tile in its storage order (16-byte loads), reorders it through shared memory and writes whole
+// rows; rows past the sequence (and varlen tiles between sequences) are skipped.
+constexpr int kConvertThreads = 256;
+template <class T>
+__global__ void __launch_bounds__(kConvertThreads)
+    attention_bwd_dq_convert_blocked(const attention_detail::BwdArgs a, T* dq) {
+  using attention_detail::kDqTileRows;
+  __shared__ float tile[kDqTileRows][128 + 1];  // d <= 128
+  const int64_t t = blockIdx.x;
+  const int h = static_cast<int>(blockIdx.y), d = a.d;
+  int b = 0;
+  if (a.cu_q != nullptr) {  // the last sequence whose first tile is <= t
+    int lo = 0, hi = a.batches - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (attention_detail::dq_tile0(a, mid, a.cu_q[mid]) <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    b = lo;
+  } else {
+    b = static_cast<int>(t / ((a.sq + kDqTileRows - 1) / kDqTileRows));
+  }
+  const int64_t q_row0 = a.cu_q != nullptr ? a.cu_q[b] : 0;
+  const int len = a.cu_q != nullptr ? a.cu_q[b + 1] - a.cu_q[b] : a.sq;
+  const int64_t i0 = (t - attention_detail::dq_tile0(a, b, q_row0)) * kDqTileRows;
+  if (b >= a.batches || i0 >= len) return;
+  const float4* src =
+      reinterpret_cast<const float4*>(a.dq_accum + (t * a.hq + h) * int64_t{kDqTileRows * d});
+  for (int u = threadIdx.x; u < kDqTileRows * d / 4; u += kConvertThreads) {
+    const int w = u / 1024, g = u % 1024 / 128, th = u % 128;
+    const float4 v = src[u];
+    const int r = 16 * (th / 32) + (th % 32) / 4, c = 64 * w + 8 * g + 2 * (th % 4);
+    tile[r][c] = v.x, tile[r][c + 1] = v.y, tile[r + 8][c] = v.z, tile[r + 8][c + 1] = v.w;
+  }
+  __syncthreads();
+  const int rows = static_cast<int>(min(int64_t{kDqTileRows}, len - i0));
+  T* out = dq + (a.cu_q != nullptr ? 0 : b * a.dq_sb) + h * a.dq_sh;
+  for (int u = threadIdx.x; u < rows * d; u += kConvertThreads) {
+    const int r = u / d, c = u % d;
+    store_f(out + (q_row0 + i0 + r) * a.dq_ss + c, tile[r][c]);
+  }
+}
+
 constexpr int kSinkThreads = 256;
 
 // d_sinks[h] = -sum over every (batch, row) of exp(sink_h - lse) * delta, in a fixed order.
@@ -137,7 +184,7 @@ namespace attention_detail {
 void set_bwd_order_pairs(int n) { g_order_pairs.store(n); }
 
 bool bwd_wgmma_supported(const BwdArgs& a) {
-  if (a.dq_accum == nullptr || (a.d != 64 && a.d != 128 && a.d != 256)) return false;
+  if (a.d != 64 && a.d != 128 && a.d != 256) return false;
   if (a.sq < 1 || a.skv < 1 || a.batches > 65535 || a.hkv > 65535) return false;
   for (const void* p : {a.q, a.k, a.v, a.dout})
     if (!detail::aligned(p, 16)) return false;
@@ -243,13 +290,20 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t q_rows = varlen ? sq : batches * sq;  // rows of the dq workspace
   AsyncBuffer delta_buf(static_cast<size_t>(lse_elems) * sizeof(float), stream);
   const bool atomics = !params.deterministic && !no_q;
-  AsyncBuffer dq_buf(atomics ? static_cast<size_t>(q_rows * hq * d) * sizeof(float) : 0, stream);
+  // The dk/dv (+ dq) kernel: WGMMA where it applies (atomic dq mode only), else mma.sync. The
+  // D = 64 / 128 WGMMA kernel adds dq into the blocked workspace (attention_bwd.cuh).
+  const bool wgmma = atomics && !force_mma() && attention_detail::bwd_wgmma_supported(a);
+  a.dq_blocked = wgmma && d != 256;
+  const int64_t dq_elems =
+      a.dq_blocked ? attention_detail::dq_blocked_tiles(a) * attention_detail::kDqTileRows * hq * d
+                   : q_rows * hq * d;
+  AsyncBuffer dq_buf(atomics ? static_cast<size_t>(dq_elems) * sizeof(float) : 0, stream);
   auto* delta = static_cast<float*>(delta_buf.p);
   a.delta = delta;
   if (atomics) {
     a.dq_accum = static_cast<float*>(dq_buf.p);
-    TESSEL_CUDA_CHECK(cudaMemsetAsync(
-        a.dq_accum, 0, static_cast<size_t>(q_rows * hq * d) * sizeof(float), stream));
+    TESSEL_CUDA_CHECK(
+        cudaMemsetAsync(a.dq_accum, 0, static_cast<size_t>(dq_elems) * sizeof(float), stream));
   }
 
   if (!no_q) {
@@ -265,7 +319,6 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           <<<grid, kDeltaWarps * 32, 0, stream>>>(ov, gv, delta, a.sq, a.d, a.lse_sb, a.lse_sh);
   }
   if (!no_q || !no_k) {
-    const bool wgmma = !force_mma() && attention_detail::bwd_wgmma_supported(a);
     if (wgmma && !varlen && a.window_right >= 0 && key_block_order_allowed()) {
       // Causal-like masks give key blocks unequal work: longest first (BwdArgs::order_pairs),
       // in sections whose Q and dO (every q head of the group) take <= 16 MB of L2.
@@ -288,7 +341,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     else
       attention_detail::launch_bwd_f16(a, stream);
   }
-  if (atomics) {
+  if (atomics && a.dq_blocked) {
+    const dim3 grid(static_cast<unsigned>(attention_detail::dq_blocked_tiles(a)),
+                    static_cast<unsigned>(hq));
+    if (bf16)
+      attention_bwd_dq_convert_blocked<<<grid, kConvertThreads, 0, stream>>>(
+          a, static_cast<__nv_bfloat16*>(a.dq));
+    else
+      attention_bwd_dq_convert_blocked<<<grid, kConvertThreads, 0, stream>>>(
+          a, static_cast<__half*>(a.dq));
+  } else if (atomics) {
     const int64_t n = q_rows * hq * d;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
     if (bf16)

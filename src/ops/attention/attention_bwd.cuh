@@ -16,7 +16,9 @@ struct BwdArgs {
   const void* dout = nullptr;
   const float* lse = nullptr;    // (B, Hq, Sq) or (Hq, Tq), contiguous
   const float* delta = nullptr;  // rowsum(dout * out), laid out like lse (workspace)
-  float* dq_accum = nullptr;     // f32 (rows, Hq, D) workspace; nullptr: deterministic mode
+  float* dq_accum = nullptr;     // f32 workspace (below); nullptr: deterministic mode
+  bool dq_blocked = false;       // dq_accum in the blocked layout (the D = 64 / 128 WGMMA
+                                 // kernel), else (rows, Hq, D)
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
@@ -43,6 +45,28 @@ struct BwdArgs {
   // (causal: the longest key blocks of every pair first, the shortest last).
   int order_pairs = 0;
 };
+
+// The blocked dq workspace of the D = 64 / 128 WGMMA kernel: tiles of kDqTileRows query rows
+// x D f32 per head, tile t of head h at float (t * Hq + h) * kDqTileRows * D, so that a
+// step's dQ is one contiguous bulk reduce-add. Within a tile, 64-column chunk w (4096 floats)
+// holds the WGMMA accumulator order of the warpgroup that computed it: float 4 (t + 128 g) +
+// 2 i1 + j is row 16 (t / 32) + (t % 32) / 4 + 8 i1, column 64 w + 8 g + 2 (t % 4) + j.
+// Query block m of sequence b is tile dq_tile0(b) + m; varlen sequences start at tile
+// (cu_q[b] + kDqTileRows b) / kDqTileRows, which never overlaps the previous one's tiles.
+constexpr int kDqTileRows = 64;
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    inline int64_t
+    dq_tile0(const BwdArgs& a, int b, int64_t q_row0) {
+  return a.cu_q != nullptr ? (q_row0 + int64_t{kDqTileRows} * b) / kDqTileRows
+                           : int64_t{b} * ((a.sq + kDqTileRows - 1) / kDqTileRows);
+}
+// Tiles per head of the blocked workspace (varlen: an upper bound).
+inline int64_t dq_blocked_tiles(const BwdArgs& a) {
+  return a.cu_q != nullptr ? (int64_t{a.sq} + kDqTileRows - 1) / kDqTileRows + a.batches + 1
+                           : int64_t{a.batches} * ((a.sq + kDqTileRows - 1) / kDqTileRows);
+}
 
 // The three steps after the preprocess (delta): dk/dv by key blocks (with dq atomics into
 // dq_accum unless deterministic), then dq by query blocks (deterministic mode only).

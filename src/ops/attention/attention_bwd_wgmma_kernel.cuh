@@ -16,10 +16,11 @@
 //                dQ = dS K                      SS WGMMA: dS^T goes through shared memory
 //                                               (double buffer), both warpgroups' keys are the
 //                                               K side
-//              then leave the (Br x D) f32 dQ tile in shared memory (rows padded: conflict-
-//              free float2 stores); the dQ writer warp adds it to the f32 dq workspace with
-//              one bulk reduce-add per row (cp.reduce.async.bulk .add.f32) while the
-//              consumers go on, and hands the tile back once the copy engine has read it.
+//              then leave the (Br x D) f32 dQ tile in shared memory in the blocked
+//              workspace's order (attention_bwd.cuh: float4 stores in accumulator order);
+//              the dQ writer warp adds it to the f32 dq workspace with one bulk reduce-add
+//              (cp.reduce.async.bulk .add.f32) while the consumers go on, and hands the tile
+//              back once the copy engine has read it.
 //              lse and delta of the block's Br rows are read by each warpgroup into its own
 //              shared copy, a step ahead (rows past the sequence: lse = +inf, so P = 0).
 //              The P / dS loop is compiled once per (soft-cap, mask) case: straight-line
@@ -55,12 +56,12 @@ template <class T_, int D_>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
-  // dQ: the consumers leave each step's dQ tile in shared memory and a writer warp adds it to
-  // the workspace with bulk reduce-adds (cp.reduce.async.bulk; float2 atomics from the
-  // consumers measured 247 instead of 326 TFLOP/s at D = 128).
-  static constexpr int DqPitch = D + 8;  // f32 row pitch of the dQ tile: 2-wavefront stores
-  static constexpr int Bc = 128;         // keys per CTA: 2 consumer warpgroups x 64
-  static constexpr int Br = 64;          // query rows per step
+  // dQ: the consumers leave each step's dQ tile in shared memory, in the blocked workspace's
+  // order (attention_bwd.cuh), and a writer warp adds it to the workspace with one bulk
+  // reduce-add (cp.reduce.async.bulk; float2 atomics from the consumers measured 247 instead
+  // of 326 TFLOP/s at D = 128, and 64 row-wise bulk ops ~4 % more than one, session 35).
+  static constexpr int Bc = 128;  // keys per CTA: 2 consumer warpgroups x 64
+  static constexpr int Br = 64;   // query rows per step
   static constexpr int Stages = D == 64 ? 4 : 2;
   static constexpr int Consumers = 2;
   static constexpr int Threads = kWarpgroupThreads * (1 + Consumers);
@@ -83,10 +84,7 @@ struct BwdConfig {
   // Warpgroups computing a step's dQ (64 x D): D = 128: both, 64 columns each; D = 64: one,
   // alternating by step (a 32-column half would be no 128B-swizzled MN-major operand).
   static constexpr int DqWgs = D == 128 ? 2 : 1;
-  // Writer warps (producer warpgroup warps 1 .. DqWriters): each issues the bulk reduce-adds
-  // of a third of the rows (one warp issuing all 64 made the consumers wait for the tile:
-  // the copies are issued one lane at a time).
-  static constexpr int DqWriters = 3;
+  static constexpr int DqWriters = 1;  // producer warpgroup warp 1
   static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32 * DqWriters;
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
@@ -100,7 +98,7 @@ struct BwdConfig {
     alignas(1024) T q[cute::cosize_v<SmemQ>];
     alignas(1024) T dout[cute::cosize_v<SmemQ>];
     alignas(1024) T ds[cute::cosize_v<SmemDS>];
-    alignas(128) float dq[Br * DqPitch];
+    alignas(128) float dq[Br * D];             // kDqTileRows x D, blocked order
     alignas(16) float lse2[Consumers][2][Br];  // lse log2 e per warpgroup, by step parity
     alignas(16) float delta[Consumers][2][Br];
     alignas(16) typename Pipeline::SharedStorage pipe;
@@ -110,6 +108,7 @@ struct BwdConfig {
   static constexpr uint32_t kKVBytes = 2 * stage_bytes<T, SmemK>;
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
   static_assert(kSmemBytes <= 232448, "shared memory per block");
+  static_assert(Br == kDqTileRows, "a step's dQ is one tile of the blocked workspace");
 };
 
 // Named barriers (0 is __syncthreads): the dS buffer is complete (both consumer warpgroups),
@@ -323,8 +322,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const int hk = kb.hk, group = a.hq / a.hkv;
   const int j0 = kb.blk * Bc;
   const int offset = kb.skv - kb.sq;
-  const bool varlen = a.cu_q != nullptr;
-  const int bt = varlen ? 0 : kb.b;  // batch coordinate of the views
   int m_lo, nm;
   visible_query_blocks<Bc, Br>(a, kb, j0, m_lo, nm);
   const int iters = nm * group;
@@ -352,21 +349,21 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     if (pwarp == 0 && elect_one() && iters > 0) {
       produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
                          pipe, sK, sV, sQ, sdO);
-    } else if (pwarp >= 1 && pwarp <= Cfg::DqWriters && iters > 0) {
-      // dQ writers: each step's tile, row by row (the workspace rows are Hq * D apart).
+    } else if (pwarp == 1 && iters > 0) {
+      // dQ writer: each step's tile is one tile of the blocked workspace, added by one bulk
+      // reduce-add once the consumers have stored it; handed back once the copy engine has
+      // read it.
       const int lane = threadIdx.x % 32;
-      constexpr int kRowsPerWriter = (Br + Cfg::DqWriters - 1) / Cfg::DqWriters;
-      const int r0 = (pwarp - 1) * kRowsPerWriter;
+      const int64_t tile0 = dq_tile0(a, kb.b, kb.q_row0);
       for (int it = 0; it < iters; ++it) {
-        const int h = hk * group + it / nm, i0 = (m_lo + it % nm) * Br;
-        float* dq_rows = a.dq_accum + ((int64_t{bt} * a.sq + kb.q_row0 + i0) * a.hq + h) * D;
-        const int rows = min(min(r0 + kRowsPerWriter, Br), kb.sq - i0);
+        const int h = hk * group + it / nm, m = m_lo + it % nm;
         dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
-        for (int r = r0 + lane; r < rows; r += 32)
-          bulk_reduce_add_f32(dq_rows + int64_t{r} * a.hq * D, smem.dq + r * Cfg::DqPitch,
-                              D * sizeof(float));
-        bulk_commit();
-        bulk_wait_read();
+        if (lane == 0) {
+          bulk_reduce_add_f32(a.dq_accum + ((tile0 + m) * a.hq + h) * int64_t{Br * D}, smem.dq,
+                              Br * D * sizeof(float));
+          bulk_commit();
+          bulk_wait_read();
+        }
         __syncwarp();
         if (it + 1 < iters) dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
       }
@@ -607,14 +604,16 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       pipe.consumer_release(st);
       ++st;
 
-      Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<Br>, Int<D>>{}));
+      // The tile in the blocked order (attention_bwd.cuh): accumulator elements 4k .. 4k+3 of
+      // thread t of the computing warpgroup as one float4 at float 4 (t + 128 k) of its
+      // 64-column chunk (conflict-free 16-byte stores).
       if (it > 0) dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);  // tile it-1 read
+      float4* const dq_chunk =
+          reinterpret_cast<float4*>(smem.dq + (Cfg::DqWgs == 2 ? wgc : 0) * (Br * 64)) + wtid;
       CUTE_UNROLL
-      for (int e = 0; e < size(tdQrdQ); e += 2) {
-        const int r = get<0>(tdQc(e)), c = get<1>(tdQc(e));
-        *reinterpret_cast<float2*>(smem.dq + r * Cfg::DqPitch + c) =
-            make_float2(tdQrdQ(e), tdQrdQ(e + 1));
-      }
+      for (int k = 0; k < size(tdQrdQ) / 4; ++k)
+        dq_chunk[kWarpgroupThreads * k] =
+            make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
     }
