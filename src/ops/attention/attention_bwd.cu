@@ -61,6 +61,34 @@ __global__ void __launch_bounds__(kDeltaWarps * 32)
   if (lane == 0) delta[b * lse_sb + h * lse_sh + r] = s;
 }
 
+// The same with 16-byte loads (out, dout 16-byte aligned, strides multiples of 8): d / 8
+// threads per (row, head), heads fastest across the block so that a row's heads are read
+// contiguously; one block covers kDeltaVecThreads * 8 / d (row, head) pairs of one batch.
+constexpr int kDeltaVecThreads = 256;
+template <class T, int D>
+__global__ void __launch_bounds__(kDeltaVecThreads)
+    attention_bwd_delta_vec(RowsView out, RowsView dout, float* delta, int rows, int hq,
+                            int64_t lse_sb, int64_t lse_sh) {
+  constexpr int kLanes = D / 8;  // threads per (row, head): 8, 16 or 32, within a warp
+  const int64_t pair = int64_t{blockIdx.x} * (kDeltaVecThreads / kLanes) + threadIdx.x / kLanes;
+  const int sub = threadIdx.x % kLanes, b = blockIdx.z;
+  const bool live = pair < int64_t{rows} * hq;
+  const int r = static_cast<int>(pair / hq), h = static_cast<int>(pair % hq);
+  float s = 0.f;
+  if (live) {
+    const T* o = static_cast<const T*>(out.p) + b * out.sb + r * out.ss + h * out.sh + 8 * sub;
+    const T* g = static_cast<const T*>(dout.p) + b * dout.sb + r * dout.ss + h * dout.sh + 8 * sub;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o), gv = *reinterpret_cast<const uint4*>(g);
+    const T* oe = reinterpret_cast<const T*>(&ov);
+    const T* ge = reinterpret_cast<const T*>(&gv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += to_f(oe[i]) * to_f(ge[i]);
+  }
+#pragma unroll
+  for (int w = kLanes / 2; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
+  if (live && sub == 0) delta[b * lse_sb + h * lse_sh + r] = s;
+}
+
 // dq (strided, T) = the f32 workspace (rows, Hq, D); padded rows are (batch, sq) flattened.
 template <class T>
 __global__ void attention_bwd_dq_convert(const float* acc, T* dq, int64_t n, int hq, int d, int sq,
@@ -82,7 +110,7 @@ __global__ void attention_bwd_dq_convert(const float* acc, T* dq, int64_t n, int
 constexpr int kConvertThreads = 256;
 template <class T>
 __global__ void __launch_bounds__(kConvertThreads)
-    attention_bwd_dq_convert_blocked(const attention_detail::BwdArgs a, T* dq) {
+    attention_bwd_dq_convert_blocked(const attention_detail::BwdArgs a, T* dq, bool vec) {
   using attention_detail::kDqTileRows;
   __shared__ float tile[kDqTileRows][128 + 1];  // d <= 128
   const int64_t t = blockIdx.x;
@@ -116,9 +144,20 @@ __global__ void __launch_bounds__(kConvertThreads)
   __syncthreads();
   const int rows = static_cast<int>(min(int64_t{kDqTileRows}, len - i0));
   T* out = dq + (a.cu_q != nullptr ? 0 : b * a.dq_sb) + h * a.dq_sh;
-  for (int u = threadIdx.x; u < rows * d; u += kConvertThreads) {
-    const int r = u / d, c = u % d;
-    store_f(out + (q_row0 + i0 + r) * a.dq_ss + c, tile[r][c]);
+  if (vec) {  // 8 elements (16 bytes) per store
+    for (int u = threadIdx.x; u < rows * d / 8; u += kConvertThreads) {
+      const int r = u / (d / 8), c = 8 * (u % (d / 8));
+      uint4 v;
+      T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) store_f(e + i, tile[r][c + i]);
+      *reinterpret_cast<uint4*>(out + (q_row0 + i0 + r) * a.dq_ss + c) = v;
+    }
+  } else {
+    for (int u = threadIdx.x; u < rows * d; u += kConvertThreads) {
+      const int r = u / d, c = u % d;
+      store_f(out + (q_row0 + i0 + r) * a.dq_ss + c, tile[r][c]);
+    }
   }
 }
 
@@ -311,7 +350,27 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     RowsView gv{dout.data, a.do_sb, a.do_ss, a.do_sh};
     const dim3 grid(static_cast<unsigned>((sq + kDeltaWarps - 1) / kDeltaWarps),
                     static_cast<unsigned>(hq), varlen ? 1u : static_cast<unsigned>(batches));
-    if (bf16)
+    const int64_t per_block = kDeltaVecThreads * 8 / std::max<int64_t>(d, 1);
+    const dim3 vgrid(static_cast<unsigned>((sq * hq + per_block - 1) / per_block), 1,
+                     varlen ? 1u : static_cast<unsigned>(batches));
+    const bool vec = vec_ok(out, o) && vec_ok(dout, o) && (d == 64 || d == 128 || d == 256);
+    auto run_vec = [&](auto tag) {
+      using T = decltype(tag);
+      if (d == 64)
+        attention_bwd_delta_vec<T, 64>
+            <<<vgrid, kDeltaVecThreads, 0, stream>>>(ov, gv, delta, a.sq, a.hq, a.lse_sb, a.lse_sh);
+      else if (d == 128)
+        attention_bwd_delta_vec<T, 128>
+            <<<vgrid, kDeltaVecThreads, 0, stream>>>(ov, gv, delta, a.sq, a.hq, a.lse_sb, a.lse_sh);
+      else
+        attention_bwd_delta_vec<T, 256>
+            <<<vgrid, kDeltaVecThreads, 0, stream>>>(ov, gv, delta, a.sq, a.hq, a.lse_sb, a.lse_sh);
+    };
+    if (vec && bf16)
+      run_vec(__nv_bfloat16{});
+    else if (vec)
+      run_vec(__half{});
+    else if (bf16)
       attention_bwd_delta<__nv_bfloat16>
           <<<grid, kDeltaWarps * 32, 0, stream>>>(ov, gv, delta, a.sq, a.d, a.lse_sb, a.lse_sh);
     else
@@ -342,14 +401,15 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       attention_detail::launch_bwd_f16(a, stream);
   }
   if (atomics && a.dq_blocked) {
+    const bool dq_vec = vec_ok(dq, o);
     const dim3 grid(static_cast<unsigned>(attention_detail::dq_blocked_tiles(a)),
                     static_cast<unsigned>(hq));
     if (bf16)
       attention_bwd_dq_convert_blocked<<<grid, kConvertThreads, 0, stream>>>(
-          a, static_cast<__nv_bfloat16*>(a.dq));
+          a, static_cast<__nv_bfloat16*>(a.dq), dq_vec);
     else
       attention_bwd_dq_convert_blocked<<<grid, kConvertThreads, 0, stream>>>(
-          a, static_cast<__half*>(a.dq));
+          a, static_cast<__half*>(a.dq), dq_vec);
   } else if (atomics) {
     const int64_t n = q_rows * hq * d;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));

@@ -85,6 +85,9 @@ struct BwdConfig {
   // alternating by step (a 32-column half would be no 128B-swizzled MN-major operand).
   static constexpr int DqWgs = D == 128 ? 2 : 1;
   static constexpr int DqWriters = 1;  // producer warpgroup warp 1
+  // D = 64: two dQ tiles, the copy engine reads one while a consumer writes the other (+2-4 %;
+  // at D = 128 a second tile measured -2 % causal, equal otherwise, session 35).
+  static constexpr int DqTiles = D == 64 ? 2 : 1;
   static constexpr int DqBarrierThreads = DqWgs * kWarpgroupThreads + 32 * DqWriters;
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::ss_op_selector<T, T, float,
@@ -98,9 +101,11 @@ struct BwdConfig {
     alignas(1024) T q[cute::cosize_v<SmemQ>];
     alignas(1024) T dout[cute::cosize_v<SmemQ>];
     alignas(1024) T ds[cute::cosize_v<SmemDS>];
-    alignas(128) float dq[Br * D];             // kDqTileRows x D, blocked order
-    alignas(16) float lse2[Consumers][2][Br];  // lse log2 e per warpgroup, by step parity
-    alignas(16) float delta[Consumers][2][Br];
+    // DqTiles dQ tiles (step it uses it % DqTiles), kDqTileRows x D each in the blocked order.
+    alignas(128) float dq[DqTiles][Br * D];
+    // A step's rows (by step parity): lse log2 e stored by warpgroup 0, scale * delta by 1.
+    alignas(16) float lse2[2][Br];
+    alignas(16) float delta[2][Br];
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t kv_full;
   };
@@ -111,14 +116,14 @@ struct BwdConfig {
   static_assert(Br == kDqTileRows, "a step's dQ is one tile of the blocked workspace");
 };
 
-// Named barriers (0 is __syncthreads): the dS buffer is complete (both consumer warpgroups),
-// and each warpgroup's lse / delta copy is complete.
+// Named barriers (0 is __syncthreads): the dS buffer is complete (both consumer warpgroups;
+// it also publishes the next step's rows), the first step's rows are stored.
 constexpr int kDsBarrier = 1;
-constexpr int kRowsBarrier0 = 2;  // + consumer warpgroup (the first step's rows)
-// The dQ tile is written (consumers -> writer warp) / has been read (writer -> consumers):
-// the consumer warpgroups that compute dQ + the writer warp.
-constexpr int kDqFullBarrier = 4;
-constexpr int kDqEmptyBarrier = 5;
+constexpr int kRowsBarrier = 2;
+// dQ tile p is written (consumers -> writer warp) / has been read (writer -> consumers): the
+// consumer warpgroups that compute dQ + the writer warp.
+constexpr int kDqFullBarrier0 = 4;   // + tile
+constexpr int kDqEmptyBarrier0 = 6;  // + tile
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
@@ -140,8 +145,9 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* 
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;"); }
+template <int Pending = 0>
 __device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
 }
 
 // The key block this CTA computes.
@@ -355,18 +361,26 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       // read it.
       const int lane = threadIdx.x % 32;
       const int64_t tile0 = dq_tile0(a, kb.b, kb.q_row0);
+      // Tile it % DqTiles is added while the consumers write the others; tile it - DqTiles + 1
+      // goes back to them once the copy engine has read it (DqTiles - 1 bulk groups in flight
+      // behind the newest).
+      constexpr int kTiles = Cfg::DqTiles;
       for (int it = 0; it < iters; ++it) {
         const int h = hk * group + it / nm, m = m_lo + it % nm;
-        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier);
+        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % kTiles);
         if (lane == 0) {
-          bulk_reduce_add_f32(a.dq_accum + ((tile0 + m) * a.hq + h) * int64_t{Br * D}, smem.dq,
-                              Br * D * sizeof(float));
+          bulk_reduce_add_f32(a.dq_accum + ((tile0 + m) * a.hq + h) * int64_t{Br * D},
+                              smem.dq[it % kTiles], Br * D * sizeof(float));
           bulk_commit();
-          bulk_wait_read();
+          bulk_wait_read<kTiles - 1>();
         }
         __syncwarp();
-        if (it + 1 < iters) dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier);
+        const int read = it - (kTiles - 1);      // the tile the copy engine has now read
+        if (read >= 0 && read + kTiles < iters)  // step read + kTiles rewrites it
+          dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + read % kTiles);
       }
+      if (lane == 0) bulk_wait_read<0>();  // the tiles outlive the copy engine's reads
+      __syncwarp();
     }
     return;
   }
@@ -448,15 +462,17 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     };
     auto store_rows = [&](int buf, float lse, float delta) {
       if (wtid < Br) {
-        smem.lse2[wgc][buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        smem.delta[wgc][buf][wtid] = delta * a.scale;
+        if (wgc == 0)
+          smem.lse2[buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        else
+          smem.delta[buf][wtid] = delta * a.scale;
       }
     };
     float lse_raw, delta_raw;
     load_rows(0, lse_raw, delta_raw);
     store_rows(0, lse_raw, delta_raw);
     load_rows(1, lse_raw, delta_raw);
-    warpgroup_barrier(kRowsBarrier0 + wgc);
+    named_barrier_sync(kRowsBarrier);  // both warpgroups
     for (int it = 0; it < iters; ++it) {
       const int m = m_lo + it % nm;
       const int i0 = m * Br;
@@ -487,8 +503,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       const bool need_mask = j0 + Bc > kb.skv ||
                              (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
                              (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
-      const float* l2s = smem.lse2[wgc][par];
-      const float* dls = smem.delta[wgc][par];  // scale * delta (see the row loads above)
+      const float* l2s = smem.lse2[par];
+      const float* dls = smem.delta[par];  // scale * delta (see the row loads above)
       // Straight-line code per (soft-cap, mask) case: a per-element branch on either (as the
       // single loop compiled) made ~3x the instructions of the common, unmasked path.
       auto probs_and_ds = [&](auto capped_c, auto masked_c) {
@@ -607,15 +623,17 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       // The tile in the blocked order (attention_bwd.cuh): accumulator elements 4k .. 4k+3 of
       // thread t of the computing warpgroup as one float4 at float 4 (t + 128 k) of its
       // 64-column chunk (conflict-free 16-byte stores).
-      if (it > 0) dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier);  // tile it-1 read
-      float4* const dq_chunk =
-          reinterpret_cast<float4*>(smem.dq + (Cfg::DqWgs == 2 ? wgc : 0) * (Br * 64)) + wtid;
+      if (it >= Cfg::DqTiles)  // the copy engine has read step it - DqTiles's tile
+        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + it % Cfg::DqTiles);
+      float4* const dq_chunk = reinterpret_cast<float4*>(smem.dq[it % Cfg::DqTiles] +
+                                                         (Cfg::DqWgs == 2 ? wgc : 0) * (Br * 64)) +
+                               wtid;
       CUTE_UNROLL
       for (int k = 0; k < size(tdQrdQ) / 4; ++k)
         dq_chunk[kWarpgroupThreads * k] =
             make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
-      dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier);
+      dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % Cfg::DqTiles);
     }
   }
 
