@@ -52,14 +52,10 @@ namespace bwd_wgmma {
 
 using namespace tessel::tile::sm90;
 
-template <class T_, int D_, bool Overlap_ = false>
+template <class T_, int D_>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
-  // FlashAttention-3's step order: P^T formed while the dP^T WGMMA runs, dK issued after dQ
-  // and the dQ tile stored while dK runs. Used at D = 128 under causal masks (A/B, session
-  // 35: causal +3 %, non-causal -3 %, D = 64 -5 %).
-  static constexpr bool Overlap = Overlap_;
   // dQ: the consumers leave each step's dQ tile in shared memory, in the blocked workspace's
   // order (attention_bwd.cuh), and a writer warp adds it to the workspace with one bulk
   // reduce-add (cp.reduce.async.bulk; float2 atomics from the consumers measured 247 instead
@@ -492,7 +488,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
-      if constexpr (Cfg::Overlap) warpgroup_commit_batch();  // S^T apart: P^T under dP^T
       mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tSrV); ++k) {
@@ -500,11 +495,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_sdp.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      if constexpr (!Cfg::Overlap) {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
-      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
 
       // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
       const bool need_mask = j0 + Bc > kb.skv ||
@@ -542,45 +535,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       };
       using False = cute::false_type;
       using True = cute::true_type;
-      // Overlap: P^T alone once S^T is done, then dS^T (the soft-cap case waits for both).
-      auto probs_only = [&](auto masked_c) {
-        constexpr bool kMasked = decltype(masked_c)::value;
-        CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); ++e) {
-          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-          float p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
-          if constexpr (kMasked) {
-            const int i = i0 + il, j = j0 + jl;
-            bool vis = j < kb.skv;
-            if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
-            if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
-            if (!vis) p = 0.f;
-          }
-          tSrS(e) = p;
-        }
-      };
-      if constexpr (Cfg::Overlap) {
-        if (capped) {
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(tSrS);
-          warpgroup_fence_operand(tSrdP);
-        } else {
-          warpgroup_wait<1>();
-          warpgroup_fence_operand(tSrS);
-          if (need_mask)
-            probs_only(True{});
-          else
-            probs_only(False{});
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(tSrdP);
-          CUTE_UNROLL
-          for (int e = 0; e < size(tSrS); ++e)
-            tSrdP(e) = tSrS(e) * fmaf(tSrdP(e), a.scale, -dls[get<1>(tScS(e))]);
-        }
-      }
-      if (Cfg::Overlap && !capped) {
-        // P^T and dS^T are formed above.
-      } else if (capped) {
+      if (capped) {
         if (need_mask)
           probs_and_ds(True{}, True{});
         else
@@ -629,12 +584,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       CUTE_UNROLL
       for (int k = 0; k < Br / 16; ++k)
         cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
-      auto issue_dk = [&] {
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
-      };
-      if constexpr (!Cfg::Overlap) issue_dk();
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
       warpgroup_commit_batch();
 
       // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
@@ -644,10 +596,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
       cutlass::arch::fence_view_async_shared();
       named_barrier_sync(kDsBarrier);
       if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
-        if constexpr (Cfg::Overlap) {
-          issue_dk();
-          warpgroup_commit_batch();
-        }
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
@@ -665,20 +613,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         mma_dq.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      if constexpr (Cfg::Overlap) {  // dK after dQ: the dQ tile is stored while dK runs
-        issue_dk();
-        warpgroup_commit_batch();
-        warpgroup_wait<1>();
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdQrdQ);
-      } else {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdKrdK);
-        warpgroup_fence_operand(tdQrdQ);
-        pipe.consumer_release(st);
-        ++st;
-      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe.consumer_release(st);
+      ++st;
 
       // The tile in the blocked order (attention_bwd.cuh): accumulator elements 4k .. 4k+3 of
       // thread t of the computing warpgroup as one float4 at float 4 (t + 128 k) of its
@@ -694,12 +634,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
             make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
       cutlass::arch::fence_view_async_shared();  // visible to the copy engine
       dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % Cfg::DqTiles);
-      if constexpr (Cfg::Overlap) {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tdKrdK);
-        pipe.consumer_release(st);
-        ++st;
-      }
     }
   }
 
@@ -707,9 +641,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
 }
 
-template <class T, int D, bool Overlap = false>
+template <class T, int D>
 void launch(const BwdArgs& a, cudaStream_t stream) {
-  using Cfg = BwdConfig<T, D, Overlap>;
+  using Cfg = BwdConfig<T, D>;
   auto [tma_q, tma_do, tma_k, tma_v] = make_step_tmas<Cfg>(a);
   auto kernel = attention_bwd_dkdv_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
   static bool configured = false;  // per instantiation: the attribute outlives the call
@@ -729,8 +663,6 @@ template <class T>
 void launch_bwd_wgmma_typed(const BwdArgs& a, cudaStream_t stream) {
   if (a.d == 64)
     bwd_wgmma::launch<T, 64>(a, stream);
-  else if (a.window_right >= 0)  // causal (or a right window): FlashAttention-3's order
-    bwd_wgmma::launch<T, 128, true>(a, stream);
   else
     bwd_wgmma::launch<T, 128>(a, stream);
 }
