@@ -224,7 +224,8 @@ void set_bwd_order_pairs(int n) { g_order_pairs.store(n); }
 
 bool bwd_wgmma_supported(const BwdArgs& a) {
   if (a.d != 64 && a.d != 128 && a.d != 256) return false;
-  if (a.sq < 1 || a.skv < 1 || a.batches > 65535 || a.hkv > 65535) return false;
+  // hq: the grid of the blocked dq convert (gridDim.y).
+  if (a.sq < 1 || a.skv < 1 || a.batches > 65535 || a.hkv > 65535 || a.hq > 65535) return false;
   for (const void* p : {a.q, a.k, a.v, a.dout})
     if (!detail::aligned(p, 16)) return false;
   // dk / dv are stored as element pairs.
