@@ -21,12 +21,12 @@
 //              the dQ writer warp adds it to the f32 dq workspace with one bulk reduce-add
 //              (cp.reduce.async.bulk .add.f32) while the consumers go on, and hands the tile
 //              back once the copy engine has read it.
-//              lse and delta of the block's Br rows are read by each warpgroup into its own
-//              shared copy, a step ahead (rows past the sequence: lse = +inf, so P = 0).
+//              lse and delta of the block's Br rows go into one shared copy (warpgroup 0
+//              stores lse, 1 delta), a step ahead (rows past the sequence: lse = +inf, P = 0).
 //              The P / dS loop is compiled once per (soft-cap, mask) case: straight-line
 //              code (a runtime branch per element tripled its instructions).
-// Registers (-Xptxas -v, setmaxnreg 40 / 232): D = 128 32 bytes of spill (stored before the
-// loop, reloaded once per step where the four P / dS loop versions merge); D = 64 none.
+// Registers (-Xptxas -v, setmaxnreg 40 / 232): D = 128 8 bytes of spill (session 35); D = 64
+// none.
 // Tried and slower at D = 128 (B4 H32 S4096): dV / dK left in flight across the next step's
 // S / dP (290 vs 320 TFLOP/s, 44 bytes of spills); S and dP in separate WGMMA groups with P
 // computed while dP runs (hundreds of bytes of spills; session 18, without spills: P^T formed
@@ -445,9 +445,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
     PipeState<Stages> st;
     mma_kv.accumulate_ = GMMA::ScaleOut::One;
-    // lse and delta of a step's rows, one row per thread of each warpgroup (its own shared
-    // copy, by step parity), loaded two steps ahead and stored one step ahead, before the
-    // dS barrier that every consumer thread passes each step: no load latency and no extra
+    // lse and delta of a step's rows, one row per thread (one shared copy by step parity:
+    // warpgroup 0 stores lse, 1 delta), loaded two steps ahead and stored one step ahead, before
+    // the dS barrier that every consumer thread passes each step: no load latency and no extra
     // barrier in a step. Raw values (rows past the sequence: lse = -inf, delta = 0) are
     // converted when stored: lse in log2 units (+inf where the row sees nothing: P = 0),
     // delta times the scale.
