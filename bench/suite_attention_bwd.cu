@@ -46,8 +46,18 @@ void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, i
   fill_uniform(k.as<bf16>(), nk, 2, -1.f, 1.f, st);
   fill_uniform(v.as<bf16>(), nk, 3, -1.f, 1.f, st);
   fill_uniform(g.as<bf16>(), nq, 4, -1.f, 1.f, st);
-  auto qt = [&](void* p) { return Tensor::contiguous(p, DType::bf16, {b, s, hq, d}); };
-  auto kt = [&](void* p) { return Tensor::contiguous(p, DType::bf16, {b, s, hkv, d}); };
+  // TESSEL_BENCH_HEADS_MAJOR=1: (B, S, H, D) views of (B, H, S, D) memory, as
+  // bench/vs_torch_attention_bwd.py passes torch's SDPA tensors (a dev knob; records use the
+  // default dense (B, S, H, D)).
+  const char* hm = std::getenv("TESSEL_BENCH_HEADS_MAJOR");
+  const bool heads_major = hm && hm[0] == '1';
+  auto view = [&](void* p, int64_t h) {
+    Tensor t = Tensor::contiguous(p, DType::bf16, {b, s, h, d});
+    if (heads_major) t.strides[1] = d, t.strides[2] = s * d;
+    return t;
+  };
+  auto qt = [&](void* p) { return view(p, hq); };
+  auto kt = [&](void* p) { return view(p, hkv); };
   Tensor tq = qt(q.get()), tk = kt(k.get()), tv = kt(v.get()), to = qt(o.get()), tg = qt(g.get());
   Tensor tdq = qt(dq.get()), tdk = kt(dk.get()), tdv = kt(dv.get());
   Tensor tdq2 = qt(dq2.get()), tdk2 = kt(dk2.get()), tdv2 = kt(dv2.get());

@@ -355,6 +355,26 @@ TEST_F(AttentionBwdGpu, CausalKeyBlockSections) {
   attention_detail::set_bwd_order_pairs(-1);
 }
 
+// The blocked dq convert starts before the D = 64 / 128 WGMMA kernel ends (a programmatic
+// dependent launch) and converts a tile once its (sequence, kv head) has every key block done;
+// TESSEL_ATTENTION_BWD_OVERLAP=0 launches it after the kernel. Both on the same shapes: padded
+// and varlen (an empty key set: no key blocks to wait for), GQA, ragged tiles.
+TEST_F(AttentionBwdGpu, DqConvertOverlap) {
+  for (const char* overlap : {"1", "0"}) {
+    SCOPED_TRACE(std::string("TESSEL_ATTENTION_BWD_OVERLAP=") + overlap);
+    setenv("TESSEL_ATTENTION_BWD_OVERLAP", overlap, 1);
+    for (int d : {64, 128}) {
+      run(make(DType::bf16, 2, 700, 300, 8, 2, d, true));  // rows that see no key
+      run(make(DType::f16, 3, 129, 1000, 4, 4, d, false));
+      Case c = make(DType::bf16, 0, 0, 0, 4, 2, d, true);
+      c.lens_q = {300, 65, 129};
+      c.lens_k = {300, 0, 200};
+      run(c);
+    }
+    unsetenv("TESSEL_ATTENTION_BWD_OVERLAP");
+  }
+}
+
 TEST_F(AttentionBwdGpu, Long) {
   for (int d : {64, 128})
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 1000, 1000, 4, 1, d, causal));

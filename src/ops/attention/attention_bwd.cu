@@ -132,12 +132,27 @@ __global__ void __launch_bounds__(kConvertThreads)
   const int64_t q_row0 = a.cu_q != nullptr ? a.cu_q[b] : 0;
   const int len = a.cu_q != nullptr ? a.cu_q[b + 1] - a.cu_q[b] : a.sq;
   const int64_t i0 = (t - attention_detail::dq_tile0(a, b, q_row0)) * kDqTileRows;
-  if (b >= a.batches || i0 >= len) return;
+  if (i0 >= len) return;
+  if (a.kv_done != nullptr) {  // launched early (programmatic dependent): wait for the tile's
+    // (sequence, kv head) to have all its key blocks done
+    if (threadIdx.x == 0) {
+      const int skv = a.cu_k != nullptr ? a.cu_k[b + 1] - a.cu_k[b] : a.skv;
+      const int blocks = (skv + attention_detail::kDqKeyBlock - 1) / attention_detail::kDqKeyBlock;
+      const int* done = a.kv_done + b * a.hkv + h / (a.hq / a.hkv);
+      int n;
+      for (;;) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(n) : "l"(done) : "memory");
+        if (n >= blocks) break;
+        __nanosleep(500);
+      }
+    }
+    __syncthreads();
+  }
   const float4* src =
       reinterpret_cast<const float4*>(a.dq_accum + (t * a.hq + h) * int64_t{kDqTileRows * d});
   for (int u = threadIdx.x; u < kDqTileRows * d / 4; u += kConvertThreads) {
     const int w = u / 1024, g = u % 1024 / 128, th = u % 128;
-    const float4 v = src[u];
+    const float4 v = __ldcg(src + u);  // written through L2 by other SMs' reduce-adds
     const int r = 16 * (th / 32) + (th % 32) / 4, c = 64 * w + 8 * g + 2 * (th % 4);
     tile[r][c] = v.x, tile[r][c + 1] = v.y, tile[r + 8][c] = v.z, tile[r + 8][c + 1] = v.w;
   }
@@ -215,6 +230,13 @@ bool key_block_order_allowed() {
     return !(e && e[0] == '0');
   }();
   return allowed;
+}
+
+// TESSEL_ATTENTION_BWD_OVERLAP=0: the blocked convert kernel waits for the whole WGMMA kernel
+// (an ordinary launch) instead of starting on the SMs its last key blocks leave idle (A/B).
+bool convert_overlap_allowed() {
+  const char* e = std::getenv("TESSEL_ATTENTION_BWD_OVERLAP");
+  return !(e && e[0] == '0');
 }
 
 }  // namespace
@@ -337,13 +359,18 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t dq_elems =
       a.dq_blocked ? attention_detail::dq_blocked_tiles(a) * attention_detail::kDqTileRows * hq * d
                    : q_rows * hq * d;
-  AsyncBuffer dq_buf(atomics ? static_cast<size_t>(dq_elems) * sizeof(float) : 0, stream);
+  // The blocked workspace's convert overlaps the WGMMA kernel's last key blocks (BwdArgs::kv_done);
+  // its counters follow the workspace.
+  const bool overlap = a.dq_blocked && convert_overlap_allowed();
+  const size_t ws_bytes = static_cast<size_t>(dq_elems) * sizeof(float) +
+                          (overlap ? static_cast<size_t>(batches * hkv) * sizeof(int) : 0);
+  AsyncBuffer dq_buf(atomics ? ws_bytes : 0, stream);
   auto* delta = static_cast<float*>(delta_buf.p);
   a.delta = delta;
   if (atomics) {
     a.dq_accum = static_cast<float*>(dq_buf.p);
-    TESSEL_CUDA_CHECK(
-        cudaMemsetAsync(a.dq_accum, 0, static_cast<size_t>(dq_elems) * sizeof(float), stream));
+    if (overlap) a.kv_done = reinterpret_cast<int*>(a.dq_accum + dq_elems);
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, ws_bytes, stream));
   }
 
   if (!no_q) {
@@ -403,14 +430,21 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   if (atomics && a.dq_blocked) {
     const bool dq_vec = vec_ok(dq, o);
-    const dim3 grid(static_cast<unsigned>(attention_detail::dq_blocked_tiles(a)),
-                    static_cast<unsigned>(hq));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(attention_detail::dq_blocked_tiles(a)),
+                       static_cast<unsigned>(hq));
+    cfg.blockDim = dim3(kConvertThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    if (a.kv_done != nullptr) cfg.attrs = &attr, cfg.numAttrs = 1;
     if (bf16)
-      attention_bwd_dq_convert_blocked<<<grid, kConvertThreads, 0, stream>>>(
-          a, static_cast<__nv_bfloat16*>(a.dq), dq_vec);
+      TESSEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_bwd_dq_convert_blocked<__nv_bfloat16>, a,
+                                           static_cast<__nv_bfloat16*>(a.dq), dq_vec));
     else
-      attention_bwd_dq_convert_blocked<<<grid, kConvertThreads, 0, stream>>>(
-          a, static_cast<__half*>(a.dq), dq_vec);
+      TESSEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_bwd_dq_convert_blocked<__half>, a,
+                                           static_cast<__half*>(a.dq), dq_vec));
   } else if (atomics) {
     const int64_t n = q_rows * hq * d;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));

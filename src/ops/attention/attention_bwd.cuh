@@ -19,6 +19,11 @@ struct BwdArgs {
   float* dq_accum = nullptr;     // f32 workspace (below); nullptr: deterministic mode
   bool dq_blocked = false;       // dq_accum in the blocked layout (the D = 64 / 128 WGMMA
                                  // kernel), else (rows, Hq, D)
+  // The D = 64 / 128 WGMMA kernel's key-block CTAs that have finished, per (sequence, kv head)
+  // (b * hkv + hk; zeroed with the dq workspace). Non-null: the blocked convert kernel is
+  // launched as a programmatic dependent of that kernel (it may start while the last key blocks
+  // run) and converts a tile once its (sequence, kv head) is complete.
+  int* kv_done = nullptr;
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
@@ -54,6 +59,7 @@ struct BwdArgs {
 // Query block m of sequence b is tile dq_tile0(b) + m; varlen sequences start at tile
 // (cu_q[b] + kDqTileRows b) / kDqTileRows, which never overlaps the previous one's tiles.
 constexpr int kDqTileRows = 64;
+constexpr int kDqKeyBlock = 128;  // keys per CTA of that kernel (kv_done's unit)
 #ifdef __CUDACC__
 __host__ __device__
 #endif

@@ -114,6 +114,7 @@ struct BwdConfig {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + slack to align the base
   static_assert(kSmemBytes <= 232448, "shared memory per block");
   static_assert(Br == kDqTileRows, "a step's dQ is one tile of the blocked workspace");
+  static_assert(Bc == kDqKeyBlock, "BwdArgs::kv_done counts key blocks of kDqKeyBlock keys");
 };
 
 // Named barriers (0 is __syncthreads): the dS buffer is complete (both consumer warpgroups;
@@ -124,6 +125,10 @@ constexpr int kRowsBarrier = 2;
 // consumer warpgroups that compute dQ + the writer warp.
 constexpr int kDqFullBarrier0 = 4;   // + tile
 constexpr int kDqEmptyBarrier0 = 6;  // + tile
+// The CTA's last global writes are issued (consumers' dK / dV, the dQ writer's reduce-adds):
+// the consumer warpgroups + the dQ writer warp, before the writer counts the key block done.
+constexpr int kDoneBarrier = 8;
+constexpr int kDoneBarrierThreads = 2 * kWarpgroupThreads + 32;
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
@@ -148,6 +153,15 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 template <int Pending = 0>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
+}
+
+// One thread, once per CTA: every write of the CTA is done (the bulk reduce-adds this thread
+// issued, the consumers' stores before kDoneBarrier), then BwdArgs::kv_done += 1 (release: the
+// convert kernel acquires it before reading the workspace).
+__device__ __forceinline__ void count_key_block_done(int* counter) {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  asm volatile("fence.proxy.async;" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
 }
 
 // The key block this CTA computes.
@@ -323,6 +337,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   using T = typename Cfg::T;
   constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Stages = Cfg::Stages;
 
+  // The blocked convert kernel (a programmatic dependent, BwdArgs::kv_done) may be scheduled
+  // once every CTA has started: it fills the SMs that the last key blocks leave idle.
+  asm volatile("griddepcontrol.launch_dependents;");
   KeyBlock kb;
   if (!find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
   const int hk = kb.hk, group = a.hq / a.hkv;
@@ -355,32 +372,38 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     if (pwarp == 0 && elect_one() && iters > 0) {
       produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
                          pipe, sK, sV, sQ, sdO);
-    } else if (pwarp == 1 && iters > 0) {
-      // dQ writer: each step's tile is one tile of the blocked workspace, added by one bulk
-      // reduce-add once the consumers have stored it; handed back once the copy engine has
-      // read it.
-      const int lane = threadIdx.x % 32;
-      const int64_t tile0 = dq_tile0(a, kb.b, kb.q_row0);
-      // Tile it % DqTiles is added while the consumers write the others; tile it - DqTiles + 1
-      // goes back to them once the copy engine has read it (DqTiles - 1 bulk groups in flight
-      // behind the newest).
-      constexpr int kTiles = Cfg::DqTiles;
-      for (int it = 0; it < iters; ++it) {
-        const int h = hk * group + it / nm, m = m_lo + it % nm;
-        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % kTiles);
-        if (lane == 0) {
-          bulk_reduce_add_f32(a.dq_accum + ((tile0 + m) * a.hq + h) * int64_t{Br * D},
-                              smem.dq[it % kTiles], Br * D * sizeof(float));
-          bulk_commit();
-          bulk_wait_read<kTiles - 1>();
+    } else if (pwarp == 1) {
+      if (iters > 0) {
+        // dQ writer: each step's tile is one tile of the blocked workspace, added by one bulk
+        // reduce-add once the consumers have stored it; handed back once the copy engine has
+        // read it.
+        const int lane = threadIdx.x % 32;
+        const int64_t tile0 = dq_tile0(a, kb.b, kb.q_row0);
+        // Tile it % DqTiles is added while the consumers write the others; tile it - DqTiles + 1
+        // goes back to them once the copy engine has read it (DqTiles - 1 bulk groups in flight
+        // behind the newest).
+        constexpr int kTiles = Cfg::DqTiles;
+        for (int it = 0; it < iters; ++it) {
+          const int h = hk * group + it / nm, m = m_lo + it % nm;
+          dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % kTiles);
+          if (lane == 0) {
+            bulk_reduce_add_f32(a.dq_accum + ((tile0 + m) * a.hq + h) * int64_t{Br * D},
+                                smem.dq[it % kTiles], Br * D * sizeof(float));
+            bulk_commit();
+            bulk_wait_read<kTiles - 1>();
+          }
+          __syncwarp();
+          const int read = it - (kTiles - 1);      // the tile the copy engine has now read
+          if (read >= 0 && read + kTiles < iters)  // step read + kTiles rewrites it
+            dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + read % kTiles);
         }
+        if (lane == 0) bulk_wait_read<0>();  // the tiles outlive the copy engine's reads
         __syncwarp();
-        const int read = it - (kTiles - 1);      // the tile the copy engine has now read
-        if (read >= 0 && read + kTiles < iters)  // step read + kTiles rewrites it
-          dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + read % kTiles);
       }
-      if (lane == 0) bulk_wait_read<0>();  // the tiles outlive the copy engine's reads
-      __syncwarp();
+      if (a.kv_done != nullptr) {
+        dq_barrier_sync<kDoneBarrierThreads>(kDoneBarrier);
+        if (threadIdx.x % 32 == 0) count_key_block_done(a.kv_done + kb.b * a.hkv + hk);
+      }
     }
     return;
   }
@@ -639,6 +662,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
   store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
+  if (a.kv_done != nullptr) dq_barrier_arrive<kDoneBarrierThreads>(kDoneBarrier);
 }
 
 template <class T, int D>
