@@ -5,7 +5,9 @@
 //      the TMA + WGMMA kernel (attention_bwd_wgmma_kernel.cuh) where bwd_wgmma_supported(),
 //      else the mma.sync kernels (attention_bwd_kernel.cuh)
 //   3. dq workspace -> dq in the input dtype   (not in deterministic mode; the D = 64 / 128
-//      WGMMA kernel's workspace is blocked by 64-row tiles, attention_bwd.cuh)
+//      WGMMA kernel's workspace is blocked by 64-row tiles, attention_bwd.cuh, and its convert
+//      is a programmatic dependent launch that waits per (sequence, kv head) on
+//      BwdArgs::kv_done instead of on the whole kernel)
 //   4. d_sinks (optional): one CTA per head, a fixed-order reduction
 //   flops (reported by the bench): 2.5 x the forward's 4 * B * Hq * Sq * Skv * D, halved for
 //   causal (the FlashAttention convention)
