@@ -39,6 +39,7 @@ struct Case {
   float softcap = 0.f;
   bool sinks = false;
   std::vector<int> lens_q, lens_k;  // non-empty: varlen (b = lens_q.size())
+  bool capture = false;             // the default path inside a CUDA graph (replayed)
   int pitch_extra = 0;              // > 0: heads `d + pitch_extra` elements apart
   float scale = 0.f;
 
@@ -47,7 +48,8 @@ struct Case {
     os << dtype_name(dtype) << " B" << b << " Sq" << sq << " Skv" << skv << " Hq" << hq << " Hkv"
        << hkv << " D" << d << (causal ? " causal" : "") << " wl" << window_left << " wr"
        << window_right << " cap" << softcap << (sinks ? " sinks" : "")
-       << (lens_q.empty() ? "" : " varlen") << " pitch+" << pitch_extra;
+       << (lens_q.empty() ? "" : " varlen") << (capture ? " graph" : "") << " pitch+"
+       << pitch_extra;
     return os.str();
   }
 };
@@ -195,7 +197,29 @@ class AttentionBwdGpu : public test::GpuTest {
       test::poison(dk);
       test::poison(dv);
       if (c.sinks) test::poison(d_sinks);
-      attention_backward(q.t, k.t, v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, p, stream());
+      if (mode == 0 && c.capture) {  // captured into a CUDA graph, replayed twice
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        TESSEL_TEST_CUDA(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+        try {
+          attention_backward(q.t, k.t, v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, p, stream());
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "threw under capture: " << e.what();
+        }
+        TESSEL_TEST_CUDA(cudaStreamEndCapture(stream(), &graph));
+        TESSEL_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 2; ++rep) {
+          test::poison(dq);
+          test::poison(dk);
+          test::poison(dv);
+          TESSEL_TEST_CUDA(cudaGraphLaunch(exec, stream()));
+          sync();
+        }
+        TESSEL_TEST_CUDA(cudaGraphExecDestroy(exec));
+        TESSEL_TEST_CUDA(cudaGraphDestroy(graph));
+      } else {
+        attention_backward(q.t, k.t, v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, p, stream());
+      }
       sync();
       unsetenv("TESSEL_ATTENTION_BWD_PATH");
       if (mode == 3) {
@@ -372,6 +396,18 @@ TEST_F(AttentionBwdGpu, DqConvertOverlap) {
       run(c);
     }
     unsetenv("TESSEL_ATTENTION_BWD_OVERLAP");
+  }
+  // In a CUDA graph the dependent launch becomes a programmatic edge; the stream-ordered
+  // workspace a graph allocation.
+  for (int d : {64, 128}) {
+    Case c = make(DType::bf16, 2, 300, 700, 8, 2, d, true);
+    c.capture = true;
+    run(c);
+    c = make(DType::bf16, 0, 0, 0, 4, 2, d, false);
+    c.lens_q = {300, 65, 129};
+    c.lens_k = {300, 0, 200};
+    c.capture = true;
+    run(c);
   }
 }
 

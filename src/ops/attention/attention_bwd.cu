@@ -25,6 +25,7 @@
 #include "ops/attention/attention_check.hpp"
 #include "ops/rows.cuh"
 #include "runtime/check.hpp"
+#include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/attention_backward.hpp"
 
@@ -432,21 +433,18 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   if (atomics && a.dq_blocked) {
     const bool dq_vec = vec_ok(dq, o);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(attention_detail::dq_blocked_tiles(a)),
-                       static_cast<unsigned>(hq));
-    cfg.blockDim = dim3(kConvertThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    if (a.kv_done != nullptr) cfg.attrs = &attr, cfg.numAttrs = 1;
+    const dim3 grid(static_cast<unsigned>(attention_detail::dq_blocked_tiles(a)),
+                    static_cast<unsigned>(hq));
+    // A programmatic dependent of the WGMMA kernel when it counts its key blocks (kv_done).
+    const bool dependent = a.kv_done != nullptr;
     if (bf16)
-      TESSEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_bwd_dq_convert_blocked<__nv_bfloat16>, a,
-                                           static_cast<__nv_bfloat16*>(a.dq), dq_vec));
+      TESSEL_CUDA_CHECK(detail::launch_programmatic(
+          dependent, attention_bwd_dq_convert_blocked<__nv_bfloat16>, grid, dim3(kConvertThreads),
+          0, stream, a, static_cast<__nv_bfloat16*>(a.dq), dq_vec));
     else
-      TESSEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_bwd_dq_convert_blocked<__half>, a,
-                                           static_cast<__half*>(a.dq), dq_vec));
+      TESSEL_CUDA_CHECK(detail::launch_programmatic(
+          dependent, attention_bwd_dq_convert_blocked<__half>, grid, dim3(kConvertThreads), 0,
+          stream, a, static_cast<__half*>(a.dq), dq_vec));
   } else if (atomics) {
     const int64_t n = q_rows * hq * d;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));

@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   // The blocked convert kernel (a programmatic dependent, BwdArgs::kv_done) may be scheduled
   // once every CTA has started: it fills the SMs that the last key blocks leave idle.
-  asm volatile("griddepcontrol.launch_dependents;");
+  tile::allow_next_grid();
   KeyBlock kb;
   if (!find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
   const int hk = kb.hk, group = a.hq / a.hkv;
