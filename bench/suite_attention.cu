@@ -22,7 +22,7 @@
 
 #include "bench_util.cuh"
 #include "harness.hpp"
-#include "scoped_env.hpp"
+#include "runtime/scoped_env.hpp"
 #include "tessel/attention.hpp"
 #include "tessel/gemm.hpp"
 #include "tessel/ops.hpp"
@@ -83,7 +83,7 @@ void attention_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, int64
     Tensor c2 = Tensor::contiguous(o2.get(), DType::bf16, {1, s, hc, d});
     attention_forward(cq, ck, cv, c1, nullptr, p, st);
     {
-      const ScopedEnv simt("TESSEL_ATTENTION_PATH", "simt");
+      const detail::ScopedEnv simt("TESSEL_ATTENTION_PATH", "simt");
       attention_forward(cq, ck, cv, c2, nullptr, p, st);
     }
     const CompareResult cr =

@@ -24,7 +24,7 @@
 
 #include "bench_util.cuh"
 #include "harness.hpp"
-#include "scoped_env.hpp"
+#include "runtime/scoped_env.hpp"
 #include "tessel/attention.hpp"
 #include "tessel/attention_backward.hpp"
 #include "tessel/tensor.hpp"
@@ -110,7 +110,7 @@ void attention_bwd_case(SuiteContext& ctx, int64_t b, int64_t hq, int64_t hkv, i
     // record: TESSEL_ATTENTION_BWD_PATH=mma.
     double mma_ms;
     {
-      const ScopedEnv mma("TESSEL_ATTENTION_BWD_PATH", "mma");
+      const detail::ScopedEnv mma("TESSEL_ATTENTION_BWD_PATH", "mma");
       mma_ms = ctx.timer().measure(ours, ctx.measure_options());
     }
     char note[96];

@@ -386,7 +386,7 @@ TEST_F(AttentionBwdGpu, CausalKeyBlockSections) {
 TEST_F(AttentionBwdGpu, DqConvertOverlap) {
   for (const char* overlap : {"1", "0"}) {
     SCOPED_TRACE(std::string("TESSEL_ATTENTION_BWD_OVERLAP=") + overlap);
-    setenv("TESSEL_ATTENTION_BWD_OVERLAP", overlap, 1);
+    const test::ScopedEnv env("TESSEL_ATTENTION_BWD_OVERLAP", overlap);
     for (int d : {64, 128}) {
       run(make(DType::bf16, 2, 700, 300, 8, 2, d, true));  // rows that see no key
       run(make(DType::f16, 3, 129, 1000, 4, 4, d, false));
@@ -395,7 +395,6 @@ TEST_F(AttentionBwdGpu, DqConvertOverlap) {
       c.lens_k = {300, 0, 200};
       run(c);
     }
-    unsetenv("TESSEL_ATTENTION_BWD_OVERLAP");
   }
   // In a CUDA graph the dependent launch becomes a programmatic edge; the stream-ordered
   // workspace a graph allocation.

@@ -28,34 +28,13 @@
 #include <vector>
 
 #include "ref/reference.hpp"
+#include "runtime/scoped_env.hpp"
 #include "tessel/ops.hpp"
 #include "tessel/tensor.hpp"
 
 namespace tessel::test {
 
-// Sets (or unsets, value nullptr) an environment variable for the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using detail::ScopedEnv;  // runtime/scoped_env.hpp
 
 // ---- enum mapping between the library and the references ------------------------------
 static_assert(static_cast<int>(UnaryOp::identity) == static_cast<int>(ref::UnaryOp::identity) &&
