@@ -40,7 +40,10 @@ struct Case {
   bool sinks = false;
   std::vector<int> lens_q, lens_k;  // non-empty: varlen (b = lens_q.size())
   bool capture = false;             // the default path inside a CUDA graph (replayed)
-  int pitch_extra = 0;              // > 0: heads `d + pitch_extra` elements apart
+  // Only the default path (launch-mode tests), run twice: the second call's stream-ordered
+  // workspace is the first's, full of its dq sums, which must be zeroed again.
+  bool default_only = false;
+  int pitch_extra = 0;  // > 0: heads `d + pitch_extra` elements apart
   float scale = 0.f;
 
   std::string name() const {
@@ -183,7 +186,7 @@ class AttentionBwdGpu : public test::GpuTest {
     std::vector<uint8_t> first_q, first_k, first_v;
     // Atomic dq on the default path (WGMMA where supported), atomic dq forced onto the
     // mma.sync kernels, deterministic, deterministic again.
-    for (int mode = 0; mode < 4; ++mode) {
+    for (int mode = 0; mode < (c.default_only ? 1 : 4); ++mode) {
       SCOPED_TRACE(mode == 0   ? "atomic dq, default path"
                    : mode == 1 ? "atomic dq, mma.sync path"
                                : "deterministic");
@@ -218,7 +221,12 @@ class AttentionBwdGpu : public test::GpuTest {
         TESSEL_TEST_CUDA(cudaGraphExecDestroy(exec));
         TESSEL_TEST_CUDA(cudaGraphDestroy(graph));
       } else {
-        attention_backward(q.t, k.t, v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, p, stream());
+        for (int rep = 0; rep < (c.default_only ? 2 : 1); ++rep) {
+          test::poison(dq);
+          test::poison(dk);
+          test::poison(dv);
+          attention_backward(q.t, k.t, v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, p, stream());
+        }
       }
       sync();
       unsetenv("TESSEL_ATTENTION_BWD_PATH");
@@ -383,17 +391,29 @@ TEST_F(AttentionBwdGpu, CausalKeyBlockSections) {
 // dependent launch) and converts a tile once its (sequence, kv head) has every key block done;
 // TESSEL_ATTENTION_BWD_OVERLAP=0 launches it after the kernel. Both on the same shapes: padded
 // and varlen (an empty key set: no key blocks to wait for), GQA, ragged tiles.
+// The launch modes of the D = 64 / 128 WGMMA kernel's blocked dq workspace: the convert as a
+// programmatic dependent that waits per (sequence, kv head) on BwdArgs::kv_done, or an ordinary
+// launch; the workspace zeroed by a memset, or by each tile's first dQ (BwdArgs::dq_tickets;
+// default under causal masks), for every mask. The other paths do not depend on them: only the
+// default one runs.
 TEST_F(AttentionBwdGpu, DqConvertOverlap) {
-  for (const char* overlap : {"1", "0"}) {
-    SCOPED_TRACE(std::string("TESSEL_ATTENTION_BWD_OVERLAP=") + overlap);
-    const test::ScopedEnv env("TESSEL_ATTENTION_BWD_OVERLAP", overlap);
+  for (const auto& [overlap, tickets] : {std::pair{"1", "1"}, {"1", "0"}, {"0", "1"}, {"0", "0"}}) {
+    SCOPED_TRACE(std::string("TESSEL_ATTENTION_BWD_OVERLAP=") + overlap +
+                 " TESSEL_ATTENTION_BWD_TICKETS=" + tickets);
+    const test::ScopedEnv env_overlap("TESSEL_ATTENTION_BWD_OVERLAP", overlap);
+    const test::ScopedEnv env_tickets("TESSEL_ATTENTION_BWD_TICKETS", tickets);
     for (int d : {64, 128}) {
-      run(make(DType::bf16, 2, 700, 300, 8, 2, d, true));  // rows that see no key
-      run(make(DType::f16, 3, 129, 1000, 4, 4, d, false));
+      std::vector<Case> cases = {make(DType::bf16, 2, 700, 300, 8, 2, d, true),  // rows see no key
+                                 make(DType::f16, 3, 129, 1000, 4, 4, d, false),
+                                 make(DType::bf16, 1, 1, 17, 1, 1, d, false)};
       Case c = make(DType::bf16, 0, 0, 0, 4, 2, d, true);
-      c.lens_q = {300, 65, 129};
-      c.lens_k = {300, 0, 200};
-      run(c);
+      c.lens_q = {300, 65, 0, 129};  // an empty query set, an empty key set
+      c.lens_k = {300, 0, 70, 200};
+      cases.push_back(c);
+      for (Case& e : cases) {
+        e.default_only = true;
+        run(e);
+      }
     }
   }
   // In a CUDA graph the dependent launch becomes a programmatic edge; the stream-ordered

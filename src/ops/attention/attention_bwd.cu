@@ -28,6 +28,7 @@
 #include "runtime/launch.cuh"
 #include "runtime/workspace.hpp"
 #include "tessel/attention_backward.hpp"
+#include "tile/tile.cuh"
 
 namespace tessel {
 
@@ -141,21 +142,18 @@ __global__ void __launch_bounds__(kConvertThreads)
     if (threadIdx.x == 0) {
       const int skv = a.cu_k != nullptr ? a.cu_k[b + 1] - a.cu_k[b] : a.skv;
       const int blocks = (skv + attention_detail::kDqKeyBlock - 1) / attention_detail::kDqKeyBlock;
-      const int* done = a.kv_done + b * a.hkv + h / (a.hq / a.hkv);
-      int n;
-      for (;;) {
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(n) : "l"(done) : "memory");
-        if (n >= blocks) break;
-        __nanosleep(500);
-      }
+      tile::wait_counter_at_least(a.kv_done + b * a.hkv + h / (a.hq / a.hkv), blocks);
     }
     __syncthreads();
   }
+  // Without the memset (BwdArgs::dq_tickets), a tile no key block touched holds no sum: zeros.
+  const bool touched = a.dq_tickets == nullptr || __ldcg(a.dq_tickets + t * a.hq + h) != 0;
   const float4* src =
       reinterpret_cast<const float4*>(a.dq_accum + (t * a.hq + h) * int64_t{kDqTileRows * d});
   for (int u = threadIdx.x; u < kDqTileRows * d / 4; u += kConvertThreads) {
     const int w = u / 1024, g = u % 1024 / 128, th = u % 128;
-    const float4 v = __ldcg(src + u);  // written through L2 by other SMs' reduce-adds
+    // written through L2 by other SMs' bulk copies
+    const float4 v = touched ? __ldcg(src + u) : make_float4(0.f, 0.f, 0.f, 0.f);
     const int r = 16 * (th / 32) + (th % 32) / 4, c = 64 * w + 8 * g + 2 * (th % 4);
     tile[r][c] = v.x, tile[r][c + 1] = v.y, tile[r + 8][c] = v.z, tile[r + 8][c + 1] = v.w;
   }
@@ -240,6 +238,15 @@ bool key_block_order_allowed() {
 bool convert_overlap_allowed() {
   const char* e = std::getenv("TESSEL_ATTENTION_BWD_OVERLAP");
   return !(e && e[0] == '0');
+}
+
+// TESSEL_ATTENTION_BWD_TICKETS=0 / 1: the blocked workspace zeroed by a memset / by each tile's
+// first dQ, stored instead of added (BwdArgs::dq_tickets), for every mask; unset: tickets under
+// causal-like masks, where a key block's first query blocks are ones that no other key block has
+// reached yet, so the others rarely wait for the store.
+int tickets_mode() {
+  const char* e = std::getenv("TESSEL_ATTENTION_BWD_TICKETS");
+  return e == nullptr ? -1 : e[0] == '0' ? 0 : 1;
 }
 
 }  // namespace
@@ -365,15 +372,25 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   // The blocked workspace's convert overlaps the WGMMA kernel's last key blocks (BwdArgs::kv_done);
   // its counters follow the workspace.
   const bool overlap = a.dq_blocked && convert_overlap_allowed();
-  const size_t ws_bytes = static_cast<size_t>(dq_elems) * sizeof(float) +
-                          (overlap ? static_cast<size_t>(batches * hkv) * sizeof(int) : 0);
+  // The first dQ of each workspace tile stored instead of a memset (BwdArgs::dq_tickets).
+  const int tmode = tickets_mode();
+  const bool tickets = a.dq_blocked && (tmode == 1 || (tmode < 0 && a.window_right >= 0));
+  const int64_t done_count = overlap ? batches * hkv : 0;
+  const int64_t ticket_count = tickets ? dq_elems / (attention_detail::kDqTileRows * d) : 0;
+  const size_t counter_bytes = static_cast<size_t>(done_count + ticket_count) * sizeof(int);
+  const size_t ws_bytes = static_cast<size_t>(dq_elems) * sizeof(float) + counter_bytes;
   AsyncBuffer dq_buf(atomics ? ws_bytes : 0, stream);
   auto* delta = static_cast<float*>(delta_buf.p);
   a.delta = delta;
   if (atomics) {
     a.dq_accum = static_cast<float*>(dq_buf.p);
-    if (overlap) a.kv_done = reinterpret_cast<int*>(a.dq_accum + dq_elems);
-    TESSEL_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, ws_bytes, stream));
+    int* counters = reinterpret_cast<int*>(a.dq_accum + dq_elems);
+    if (overlap) a.kv_done = counters;
+    if (tickets) a.dq_tickets = counters + done_count;
+    if (tickets)  // only the counters: each tile's first dQ is stored
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(counters, 0, counter_bytes, stream));
+    else
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, ws_bytes, stream));
   }
 
   if (!no_q) {

@@ -24,6 +24,12 @@ struct BwdArgs {
   // launched as a programmatic dependent of that kernel (it may start while the last key blocks
   // run) and converts a tile once its (sequence, kv head) is complete.
   int* kv_done = nullptr;
+  // Non-null: the blocked workspace is not zeroed beforehand. Per workspace tile ((tile, q head),
+  // the tile's index in the workspace), a ticket count: the WGMMA kernel's key block that takes
+  // ticket 0 stores its dQ tile (bulk copy) instead of adding it, then sets kDqTileReady (release)
+  // once the store is complete; the others wait for that bit before they add. Zeroed with
+  // kv_done; a tile nobody touched (rows that see no key) is converted as zeros.
+  int* dq_tickets = nullptr;
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
@@ -59,7 +65,8 @@ struct BwdArgs {
 // Query block m of sequence b is tile dq_tile0(b) + m; varlen sequences start at tile
 // (cu_q[b] + kDqTileRows b) / kDqTileRows, which never overlaps the previous one's tiles.
 constexpr int kDqTileRows = 64;
-constexpr int kDqKeyBlock = 128;  // keys per CTA of that kernel (kv_done's unit)
+constexpr int kDqKeyBlock = 128;       // keys per CTA of that kernel (kv_done's unit)
+constexpr int kDqTileReady = 1 << 30;  // BwdArgs::dq_tickets: the first dQ tile is stored
 #ifdef __CUDACC__
 __host__ __device__
 #endif

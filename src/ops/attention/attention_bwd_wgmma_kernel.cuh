@@ -20,7 +20,11 @@
 //              workspace's order (attention_bwd.cuh: float4 stores in accumulator order);
 //              the dQ writer warp adds it to the f32 dq workspace with one bulk reduce-add
 //              (cp.reduce.async.bulk .add.f32) while the consumers go on, and hands the tile
-//              back once the copy engine has read it. At the end of the CTA the writer counts
+//              back once the copy engine has read it. Under causal masks the workspace is
+//              not zeroed beforehand: a tile's first dQ (ticket 0 of BwdArgs::dq_tickets, taken
+//              a step ahead) is stored by a bulk copy and published once complete, and the
+//              others wait for it before they add (a key block's first query blocks are ones
+//              that no other key block has reached yet). At the end of the CTA the writer counts
 //              its key block done (BwdArgs::kv_done) once every write of the CTA is complete:
 //              the dq convert kernel, launched as a programmatic dependent (every CTA here
 //              triggers it at its start), converts a (sequence, kv head)'s tiles once all its
@@ -153,6 +157,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* 
       "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(global),
       "r"(static_cast<uint32_t>(__cvta_generic_to_shared(shared))), "r"(bytes)
       : "memory");
+}
+// global[0 .. bytes) = shared[0 .. bytes), by the copy engine.
+__device__ __forceinline__ void bulk_store(void* global, const void* shared, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(global),
+               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(shared))), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;"); }
 template <int Pending = 0>
@@ -388,19 +398,58 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
         // goes back to them once the copy engine has read it (DqTiles - 1 bulk groups in flight
         // behind the newest).
         constexpr int kTiles = Cfg::DqTiles;
+        // Workspace tile of step it; with dq_tickets, its ticket is taken a step ahead (the
+        // atomic's latency hides behind the wait for the consumers).
+        auto ws_tile = [&](int it) {
+          return (tile0 + m_lo + it % nm) * a.hq + hk * group + it / nm;
+        };
+        int ticket = 0;
+        if (a.dq_tickets != nullptr && lane == 0) ticket = atomicAdd(a.dq_tickets + ws_tile(0), 1);
         for (int it = 0; it < iters; ++it) {
-          const int h = hk * group + it / nm, m = m_lo + it % nm;
+          const int64_t t = ws_tile(it);
+          int64_t stored = -1;  // a tile this step stored first
           dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % kTiles);
           if (lane == 0) {
-            bulk_reduce_add_f32(a.dq_accum + ((tile0 + m) * a.hq + h) * int64_t{Br * D},
-                                smem.dq[it % kTiles], Br * D * sizeof(float));
-            bulk_commit();
+            float* dst = a.dq_accum + t * int64_t{Br * D};
+            const uint32_t bytes = Br * D * sizeof(float);
+            if (a.dq_tickets == nullptr) {
+              bulk_reduce_add_f32(dst, smem.dq[it % kTiles], bytes);
+              bulk_commit();
+            } else if (ticket == 0) {  // the first dQ of this tile: stored, published below
+              bulk_store(dst, smem.dq[it % kTiles], bytes);
+              bulk_commit();
+              stored = t;
+            } else {  // added once the first one is stored
+              if (!(ticket & kDqTileReady)) {
+                for (;;) {
+                  int seen;
+                  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];"
+                               : "=r"(seen)
+                               : "l"(a.dq_tickets + t)
+                               : "memory");
+                  if (seen & kDqTileReady) break;
+                  __nanosleep(64);
+                }
+              }
+              asm volatile("fence.proxy.async;" ::: "memory");  // before the reduce-add
+              bulk_reduce_add_f32(dst, smem.dq[it % kTiles], bytes);
+              bulk_commit();
+            }
+            if (a.dq_tickets != nullptr && it + 1 < iters)
+              ticket = atomicAdd(a.dq_tickets + ws_tile(it + 1), 1);
             bulk_wait_read<kTiles - 1>();
           }
           __syncwarp();
           const int read = it - (kTiles - 1);      // the tile the copy engine has now read
           if (read >= 0 && read + kTiles < iters)  // step read + kTiles rewrites it
             dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + read % kTiles);
+          if (stored >= 0) {  // lane 0: the others may add once the store is complete
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            asm volatile("fence.proxy.async;" ::: "memory");
+            asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(a.dq_tickets + stored),
+                         "n"(kDqTileReady)
+                         : "memory");
+          }
         }
         if (lane == 0) bulk_wait_read<0>();  // the tiles outlive the copy engine's reads
         __syncwarp();
