@@ -2,8 +2,9 @@
 // default) under several environment settings, alternated in one process so that the
 // process-to-process spread (up to 8 %, docs/attention_backward.md session 36) drops out.
 // Each argument is one variant, "NAME=VALUE[,NAME=VALUE...]" (or "-" for none); every round
-// times each variant (median of 25 after 3 warm-ups, on a stream of its own) and the end prints,
-// per variant, the median over the rounds. Session 37.
+// times each variant (median of 25 after 3 warm-ups, on a stream of its own, queued and L2-flushed
+// as bench/vs_torch.py times) and the end prints, per variant, the median over the rounds.
+// Session 37.
 //   nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
 //     bench/dev/attention_bwd_ab.cu -o attention_bwd_ab -Lbuild -ltessel
 //   TESSEL_AB_CAUSAL=1 TESSEL_AB_D=128 TESSEL_AB_ROUNDS=7 ./attention_bwd_ab - \
@@ -28,6 +29,14 @@ __global__ void fill(__nv_bfloat16* p, size_t n, uint32_t seed, float lo, float 
     x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
     p[i] = __float2bfloat16(lo + (hi - lo) * (x & 0xffffff) / float(0x1000000));
   }
+}
+
+__global__ void read_flush(const uint4* p, size_t n, int* sink) {
+  uint32_t x = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    x ^= __ldcg(p + i).x;
+  if (x == 0x12345678u) *sink = 1;
 }
 
 static int env_int(const char* name, int fallback) {
@@ -89,19 +98,33 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   attention_forward(tq, tk, tv, to, &tl, p, st);
   CK(cudaStreamSynchronize(st));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  // As bench/vs_torch.py and the C++ harness time: every iteration queued before any is waited
+  // for (the host's per-call work overlaps the GPU's), an L2 flush (a read of 2x L2) before each.
+  int l2 = 0;
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  const size_t flush_n = size_t(2) * l2 / 16;
+  uint4* scratch;
+  int* sink;
+  CK(cudaMalloc(&scratch, flush_n * 16));
+  CK(cudaMemset(scratch, 1, flush_n * 16));
+  CK(cudaMalloc(&sink, sizeof(int)));
+  constexpr int kIters = 25;
+  std::vector<cudaEvent_t> ev(2 * kIters);
+  for (auto& event : ev) CK(cudaEventCreate(&event));
   auto median_on_stream = [&](auto&& f) {
-    std::vector<float> t;
-    for (int i = 0; i < 28; ++i) {
-      cudaEventRecord(e0, st);
+    for (int i = 0; i < 3; ++i) f();
+    for (int i = 0; i < kIters; ++i) {
+      read_flush<<<1024, 256, 0, st>>>(scratch, flush_n, sink);
+      cudaEventRecord(ev[2 * i], st);
       f();
-      cudaEventRecord(e1, st);
-      cudaEventSynchronize(e1);
+      cudaEventRecord(ev[2 * i + 1], st);
+    }
+    cudaStreamSynchronize(st);
+    std::vector<float> t;
+    for (int i = 0; i < kIters; ++i) {
       float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (i >= 3) t.push_back(ms);
+      cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
+      t.push_back(ms);
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];

@@ -374,6 +374,12 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
 
   const int wg = warpgroup_index();
   if (threadIdx.x == 0) {
+    {
+      cute::prefetch_tma_descriptor(tma_q.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(tma_do.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(tma_k.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(tma_v.get_tma_descriptor());
+    }
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
     cutlass::arch::fence_barrier_init();
   }
@@ -519,7 +525,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   const float mult = a.scale * kLog2e, cap_in = capped ? a.scale / a.softcap : 0.f;
 
   if (iters > 0) {
-    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
     PipeState<Stages> st;
     mma_kv.accumulate_ = GMMA::ScaleOut::One;
     // lse and delta of a step's rows, one row per thread (one shared copy by step parity:
@@ -550,6 +555,7 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     store_rows(0, lse_raw, delta_raw);
     load_rows(1, lse_raw, delta_raw);
     named_barrier_sync(kRowsBarrier);  // both warpgroups
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
     for (int it = 0; it < iters; ++it) {
       const int m = m_lo + it % nm;
       const int i0 = m * Br;
