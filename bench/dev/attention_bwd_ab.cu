@@ -5,7 +5,7 @@
 // times each variant (median of 25 after 3 warm-ups, on a stream of its own, queued and L2-flushed
 // as bench/vs_torch.py times) and the end prints, per variant, the median over the rounds.
 // Session 37.
-//   nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
+//   nvcc -O3 -DNDEBUG -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
 //     bench/dev/attention_bwd_ab.cu -o attention_bwd_ab -Lbuild -ltessel
 //   TESSEL_AB_CAUSAL=1 TESSEL_AB_D=128 TESSEL_AB_ROUNDS=7 ./attention_bwd_ab - \
 //     TESSEL_ATTENTION_BWD_TICKETS=0
@@ -31,20 +31,12 @@ __global__ void fill(__nv_bfloat16* p, size_t n, uint32_t seed, float lo, float 
   }
 }
 
-__global__ void read_flush(const uint4* p, size_t n, int* sink) {
-  uint32_t x = 0;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x)
-    x ^= __ldcg(p + i).x;
-  if (x == 0x12345678u) *sink = 1;
-}
-
 static int env_int(const char* name, int fallback) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : fallback;
 }
 
-static void apply(const std::string& variant, bool set) {
+static void set_variant_env(const std::string& variant, bool set) {
   if (variant == "-") return;
   size_t at = 0;
   while (at < variant.size()) {
@@ -100,21 +92,15 @@ int main(int argc, char** argv) {
   CK(cudaStreamSynchronize(st));
   // As bench/vs_torch.py and the C++ harness time: every iteration queued before any is waited
   // for (the host's per-call work overlaps the GPU's), an L2 flush (a read of 2x L2) before each.
-  int l2 = 0;
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const size_t flush_n = size_t(2) * l2 / 16;
-  uint4* scratch;
-  int* sink;
-  CK(cudaMalloc(&scratch, flush_n * 16));
-  CK(cudaMemset(scratch, 1, flush_n * 16));
-  CK(cudaMalloc(&sink, sizeof(int)));
+  ReadFlush flush;
+  CK(flush.init());
   constexpr int kIters = 25;
   std::vector<cudaEvent_t> ev(2 * kIters);
   for (auto& event : ev) CK(cudaEventCreate(&event));
   auto median_on_stream = [&](auto&& f) {
     for (int i = 0; i < 3; ++i) f();
     for (int i = 0; i < kIters; ++i) {
-      read_flush<<<1024, 256, 0, st>>>(scratch, flush_n, sink);
+      flush.run(0, st);
       cudaEventRecord(ev[2 * i], st);
       f();
       cudaEventRecord(ev[2 * i + 1], st);
@@ -134,10 +120,10 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     std::printf("round %d:", r);
     for (size_t i = 0; i < variants.size(); ++i) {
-      apply(variants[i], true);
+      set_variant_env(variants[i], true);
       const float t = median_on_stream(
           [&] { attention_backward(tq, tk, tv, to, tg, tl, tdq, tdk, tdv, p, st); });
-      apply(variants[i], false);
+      set_variant_env(variants[i], false);
       CK(cudaGetLastError());
       ms[i].push_back(t);
       std::printf("  %.1f", flops / (t * 1e-3) / 1e12);

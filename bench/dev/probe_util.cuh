@@ -82,6 +82,8 @@ struct ReadFlush {
     if (cudaError_t e = cudaMemset(buf, 5, words * 16)) return e;
     return cudaMalloc(&sink, sizeof(unsigned));
   }
-  // Reads the first n words of the buffer (all of it: the flush).
-  void run(int64_t n = 0) const { read_kernel<<<grid, 256>>>(buf, n ? n : words, sink); }
+  // Reads the first n words of the buffer (all of it: the flush), on `stream`.
+  void run(int64_t n = 0, cudaStream_t stream = 0) const {
+    read_kernel<<<grid, 256, 0, stream>>>(buf, n ? n : words, sink);
+  }
 };
