@@ -337,13 +337,15 @@ __device__ __forceinline__ void allow_next_grid() {
 // Spins until *counter >= n, with a gpu-scope acquire: the writes that other threads released
 // before their increments (red.release, or __threadfence() then an atomic add) are visible
 // after it. For a counter that kernels running at the same time advance (programmatic
-// dependents that wait per piece instead of on the whole prior grid).
-__device__ __forceinline__ void wait_counter_at_least(const int* counter, int n) {
+// dependents that wait per piece instead of on the whole prior grid). sleep_ns: the pause
+// between reads (short where a wait sits on a kernel's critical path).
+__device__ __forceinline__ void wait_counter_at_least(const int* counter, int n,
+                                                      unsigned sleep_ns = 256) {
   for (;;) {
     int seen;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
     if (seen >= n) return;
-    __nanosleep(256);
+    __nanosleep(sleep_ns);
   }
 }
 

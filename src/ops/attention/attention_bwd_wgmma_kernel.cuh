@@ -514,17 +514,9 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
                 bulk_commit();
                 stored = t;
               } else {  // added once the first one is stored
-                if (!(ticket & kDqTileReady)) {
-                  for (;;) {
-                    int seen;
-                    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];"
-                                 : "=r"(seen)
-                                 : "l"(a.dq_tickets + t)
-                                 : "memory");
-                    if (seen & kDqTileReady) break;
-                    __nanosleep(64);
-                  }
-                }
+                // Counts stay below kDqTileReady, so ">= the bit" is "the bit is set".
+                if (!(ticket & kDqTileReady))
+                  tile::wait_counter_at_least(a.dq_tickets + t, kDqTileReady, 64);
                 asm volatile("fence.proxy.async;" ::: "memory");  // before the reduce-add
                 bulk_reduce_add_f32(dst, smem.dq[gs % kTiles], bytes);
                 bulk_commit();
