@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "runtime/check.hpp"
+#include "tile/tile.cuh"
 
 namespace tessel::detail {
 
@@ -40,12 +41,9 @@ __device__ __forceinline__ void post_slice_and_wait(unsigned* sync, float4* part
   __threadfence();
   unsigned* arrivals = sync + 1 + row;
   atomicAdd(arrivals, 1u);
-  unsigned seen;
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
-    if (seen >= static_cast<unsigned>(slices)) break;
-    if (sleep_ns > 0) __nanosleep(static_cast<unsigned>(sleep_ns));
-  }
+  // The count stays far below 2^31: read as a signed counter.
+  tile::wait_counter_at_least(reinterpret_cast<const int*>(arrivals), slices,
+                              static_cast<unsigned>(sleep_ns));
 }
 
 // Lane r < slices of any thread after the CTA barrier that follows post_slice_and_wait: slice

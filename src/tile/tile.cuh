@@ -338,14 +338,14 @@ __device__ __forceinline__ void allow_next_grid() {
 // before their increments (red.release, or __threadfence() then an atomic add) are visible
 // after it. For a counter that kernels running at the same time advance (programmatic
 // dependents that wait per piece instead of on the whole prior grid). sleep_ns: the pause
-// between reads (short where a wait sits on a kernel's critical path).
+// between reads (short where a wait sits on a kernel's critical path; 0: none).
 __device__ __forceinline__ void wait_counter_at_least(const int* counter, int n,
                                                       unsigned sleep_ns = 256) {
   for (;;) {
     int seen;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
     if (seen >= n) return;
-    __nanosleep(sleep_ns);
+    if (sleep_ns > 0) __nanosleep(sleep_ns);
   }
 }
 
