@@ -430,40 +430,6 @@ TEST_F(AttentionBwdGpu, DqConvertOverlap) {
   }
 }
 
-// Persistent CTAs of the D = 64 / 128 WGMMA kernel (BwdArgs::persistent, the default where key
-// blocks outnumber the CTAs that fit at once). TESSEL_ATTENTION_BWD_PERSISTENT=3 makes count / 3
-// CTAs on small grids, so each takes about 3 key blocks in turn (a block's K / V load, steps and
-// dQ tiles follow another block's on the same CTA; blocks without steps follow blocks with
-// steps); 0 is one CTA per key block. With and without the tickets. Then the default on a grid
-// of more key blocks than fit.
-TEST_F(AttentionBwdGpu, PersistentKeyBlocks) {
-  for (const char* mode : {"3", "0"})
-    for (const char* tickets : {"1", "0"}) {
-      SCOPED_TRACE(std::string("TESSEL_ATTENTION_BWD_PERSISTENT=") + mode +
-                   " TESSEL_ATTENTION_BWD_TICKETS=" + tickets);
-      const test::ScopedEnv env("TESSEL_ATTENTION_BWD_PERSISTENT", mode);
-      const test::ScopedEnv env_tickets("TESSEL_ATTENTION_BWD_TICKETS", tickets);
-      for (int d : {64, 128}) {
-        std::vector<Case> cases = {make(DType::bf16, 2, 700, 1000, 8, 2, d, true),
-                                   make(DType::f16, 1, 1000, 700, 4, 4, d, false),
-                                   make(DType::bf16, 1, 300, 300, 2, 2, d, true)};
-        Case c = make(DType::bf16, 0, 0, 0, 4, 2, d, true);
-        c.lens_q = {300, 65, 0, 129, 500};
-        c.lens_k = {300, 0, 70, 200, 600};
-        cases.push_back(c);
-        for (Case& e : cases) {
-          e.default_only = true;
-          run(e);
-        }
-      }
-    }
-  for (int d : {64, 128}) {  // 33 key blocks x 4 kv heads x 2 sequences: more than 132 SMs hold
-    Case c = make(DType::bf16, 2, 130, 4097, 8, 4, d, true);
-    c.default_only = true;
-    run(c);
-  }
-}
-
 TEST_F(AttentionBwdGpu, Long) {
   for (int d : {64, 128})
     for (bool causal : {false, true}) run(make(DType::bf16, 1, 1000, 1000, 4, 1, d, causal));

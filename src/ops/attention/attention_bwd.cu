@@ -377,9 +377,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const bool tickets = a.dq_blocked && (tmode == 1 || (tmode < 0 && a.window_right >= 0));
   const int64_t done_count = overlap ? batches * hkv : 0;
   const int64_t ticket_count = tickets ? dq_elems / (attention_detail::kDqTileRows * d) : 0;
-  const int64_t next_count = a.dq_blocked ? 1 : 0;  // BwdArgs::block_next
-  const size_t counter_bytes =
-      static_cast<size_t>(done_count + ticket_count + next_count) * sizeof(int);
+  const size_t counter_bytes = static_cast<size_t>(done_count + ticket_count) * sizeof(int);
   const size_t ws_bytes = static_cast<size_t>(dq_elems) * sizeof(float) + counter_bytes;
   AsyncBuffer dq_buf(atomics ? ws_bytes : 0, stream);
   auto* delta = static_cast<float*>(delta_buf.p);
@@ -389,7 +387,6 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     int* counters = reinterpret_cast<int*>(a.dq_accum + dq_elems);
     if (overlap) a.kv_done = counters;
     if (tickets) a.dq_tickets = counters + done_count;
-    if (a.dq_blocked) a.block_next = counters + done_count + ticket_count;
     if (tickets)  // only the counters: each tile's first dQ is stored
       TESSEL_CUDA_CHECK(cudaMemsetAsync(counters, 0, counter_bytes, stream));
     else

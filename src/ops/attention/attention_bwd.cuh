@@ -55,13 +55,6 @@ struct BwdArgs {
   // launch order walks sections of G (kv head, sequence) pairs, key block slowest within one
   // (causal: the longest key blocks of every pair first, the shortest last).
   int order_pairs = 0;
-  // D = 64 / 128 WGMMA kernel: the grid of key blocks, (blocks per sequence, kv heads,
-  // sequences); persistent: the launch has fewer CTAs, each takes blocks c, c + CTAs, ...
-  int kb_grid_x = 0, kb_grid_y = 0, kb_grid_z = 0;
-  bool persistent = false;
-  // Persistent: the key blocks handed out so far beyond each CTA's first (zeroed with the
-  // counters); a CTA takes its next block with an atomic add when it starts the current one.
-  int* block_next = nullptr;
 };
 
 // The blocked dq workspace of the D = 64 / 128 WGMMA kernel: tiles of kDqTileRows query rows

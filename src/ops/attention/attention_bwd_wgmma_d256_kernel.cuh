@@ -125,9 +125,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   using T = typename Cfg::T;
   constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Half = Cfg::Half, Stages = Cfg::Stages;
 
-  KeyBlock kb;  // one key block per CTA (the grid is a.kb_grid_*)
-  const int id = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-  if (!bwd_wgmma::find_key_block<Bc>(a, id, kb)) return;  // varlen grids have spare CTAs
+  KeyBlock kb;
+  if (!bwd_wgmma::find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
   const int hk = kb.hk, group = a.hq / a.hkv;
   const int j0 = kb.blk * Bc;
   const int offset = kb.skv - kb.sq;
@@ -159,10 +158,8 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     producer_registers<24>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
     if (pwarp == 0 && elect_one() && iters > 0) {
-      auto st = producer_start<Stages>();
       bwd_wgmma::produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm,
-                                    smem.kv_full, pipe, st, sK, sV, sQ, sdO);
-      pipe.producer_tail(st);
+                                    smem.kv_full, pipe, sK, sV, sQ, sdO);
     } else if (pwarp == 1 && iters > 0) {
       // dQ writer: each step's tile (both halves, 8 boxes) by TMA reduce-adds, then the stage
       // goes back to the producer once the copy engine has read it.
@@ -503,12 +500,8 @@ inline bool make_dq_reduce_desc(CUtensorMap* map, const BwdArgs& a) {
 }
 
 template <class T>
-void launch(const BwdArgs& args, cudaStream_t stream) {
+void launch(const BwdArgs& a, cudaStream_t stream) {
   using Cfg = Config<T>;
-  BwdArgs a = args;
-  const dim3 grid = bwd_wgmma::key_block_grid<Cfg>(a);
-  a.kb_grid_x = static_cast<int>(grid.x), a.kb_grid_y = static_cast<int>(grid.y);
-  a.kb_grid_z = static_cast<int>(grid.z);
   auto [tma_q, tma_do, tma_k, tma_v] = bwd_wgmma::make_step_tmas<Cfg>(a);
   CUtensorMap dq_desc;
   if (!make_dq_reduce_desc(&dq_desc, a)) return;  // the launch check reports nothing ran
@@ -520,7 +513,8 @@ void launch(const BwdArgs& args, cudaStream_t stream) {
     if (err != cudaSuccess) return;  // the launch check reports it
     configured = true;
   }
-  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, dq_desc, a);
+  kernel<<<bwd_wgmma::key_block_grid<Cfg>(a), Cfg::Threads, Cfg::kSmemBytes, stream>>>(
+      tma_q, tma_do, tma_k, tma_v, dq_desc, a);
 }
 
 }  // namespace bwd_wgmma_d256

@@ -50,23 +50,16 @@
 #include <cutlass/numeric_types.h>
 
 #include <climits>
-#include <cstdlib>
 #include <cute/tensor.hpp>
 
 #include "ops/attention/attention_bwd.cuh"
 #include "ops/attention/attention_fwd_kernel.cuh"
-
-namespace tessel::detail {
-int current_sm_count();  // runtime/check.hpp (whose tessel::Tensor would hide cute's here)
-}  // namespace tessel::detail
 
 namespace tessel::attention_detail {
 
 namespace bwd_wgmma {
 
 using namespace tessel::tile::sm90;
-
-constexpr int kIdSlots = 4;  // the key-block id ring of a CTA (persistent)
 
 template <class T_, int D_>
 struct BwdConfig {
@@ -124,16 +117,6 @@ struct BwdConfig {
     alignas(16) float delta[2][Br];
     alignas(16) typename Pipeline::SharedStorage pipe;
     alignas(8) uint64_t kv_full;
-    alignas(8) uint64_t kv_empty;  // persistent: the consumers are done with K / V
-    // Key-block ids in the CTA's order (kIdSlots ring; full: published, empty: read by the
-    // 256 consumers and the dQ writer).
-    alignas(8) uint64_t id_full[kIdSlots];
-    alignas(8) uint64_t id_empty[kIdSlots];
-    int next_id[kIdSlots];
-    // The consumers' key block, read back (volatile) in the step loop instead of held in
-    // registers: h0 = hk * group, nm, m_lo, iters, sq, skv, j0; the lse row base.
-    alignas(8) int64_t blk_rows;
-    int blk[7];
   };
   static constexpr uint32_t kQBytes = 2 * stage_bytes<T, SmemQ>;  // Q and dO
   static constexpr uint32_t kKVBytes = 2 * stage_bytes<T, SmemK>;
@@ -203,35 +186,34 @@ struct KeyBlock {
   int sq = 0, skv = 0;
 };
 
-// id: the key block's linear index in the grid (a.kb_grid_x, _y, _z), x fastest.
 template <int Bc>
-__device__ __forceinline__ bool find_key_block(const BwdArgs& a, int id, KeyBlock& kb) {
-  const int gx = a.kb_grid_x, gy = a.kb_grid_y;
+__device__ __forceinline__ bool find_key_block(const BwdArgs& a, KeyBlock& kb) {
   if (a.cu_q == nullptr) {
     kb.sq = a.sq;
     kb.skv = a.skv;
     if (a.order_pairs <= 0) {
-      kb.blk = id % gx;  // key block 0 sees the most queries under a causal mask: first
-      kb.hk = id / gx % gy;
-      kb.b = id / (gx * gy);
+      kb.b = blockIdx.z;
+      kb.hk = blockIdx.y;
+      kb.blk = blockIdx.x;  // key block 0 sees the most queries under a causal mask: first
       return true;
     }
     // Sections of order_pairs (kv head, sequence) pairs, key block slowest within a section:
     // every pair's key block 0 (the longest under a causal mask) first, and the grid ends on
     // the shortest blocks of the last section (a greedy list schedule of 132 SMs: ~3 % shorter
     // at B 4, H 32, 4096 causal). A section's Q / dO stay in L2 while it runs.
-    const int nb = gx, pairs = gy * a.kb_grid_z;
+    const int nb = static_cast<int>(gridDim.x), pairs = static_cast<int>(gridDim.y * gridDim.z);
+    const int id = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
     const int per_section = a.order_pairs * nb, section = id / per_section;
     const int r = id - section * per_section;
     const int in_section = min(a.order_pairs, pairs - section * a.order_pairs);
     kb.blk = r / in_section;
     const int pair = section * a.order_pairs + (r - kb.blk * in_section);
-    kb.hk = pair % gy;
-    kb.b = pair / gy;
+    kb.hk = pair % static_cast<int>(gridDim.y);
+    kb.b = pair / static_cast<int>(gridDim.y);
     return true;
   }
-  kb.hk = id / gx;
-  id %= gx;
+  kb.hk = blockIdx.y;
+  int id = static_cast<int>(blockIdx.x);
   for (int b = 0; b < a.batches; ++b) {
     const int k0 = a.cu_k[b], k1 = a.cu_k[b + 1];
     const int nb = (k1 - k0 + Bc - 1) / Bc;
@@ -272,10 +254,10 @@ __device__ __forceinline__ void produce_steps(const TmaQ& tma_q, const TmaQ& tma
                                               const TmaK& tma_k, const TmaK& tma_v,
                                               const BwdArgs& a, const KeyBlock& kb, int hk,
                                               int group, int m_lo, int nm, uint64_t& kv_full,
-                                              Pipe& pipe, PipeState<Cfg::Stages>& st, const SK& sK,
-                                              const SK& sV, const SQ& sQ, const SQ& sdO) {
+                                              Pipe& pipe, const SK& sK, const SK& sV, const SQ& sQ,
+                                              const SQ& sdO) {
   using namespace cute;
-  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D;
+  constexpr int Bc = Cfg::Bc, Br = Cfg::Br, D = Cfg::D, Stages = Cfg::Stages;
   const bool varlen = a.cu_q != nullptr;
   const int bt = varlen ? 0 : kb.b, bts = varlen ? 1 : a.batches;
   Tensor mK = domain_offset(make_coord(static_cast<int>(kb.k_row0), 0, 0, 0),
@@ -295,6 +277,7 @@ __device__ __forceinline__ void produce_steps(const TmaQ& tma_q, const TmaQ& tma
   cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&kv_full, Cfg::kKVBytes);
   copy(tma_k.with(kv_full), tKg(_, kb.blk), tKs(_, 0));
   copy(tma_v.with(kv_full), tVg(_, kb.blk), tVs(_, 0));
+  auto st = producer_start<Stages>();
   for (int it = 0; it < nm * group; ++it) {
     const int h = hk * group + it / nm, m = m_lo + it % nm;
     Tensor gQ = local_tile(mQ(_, _, h, bt), Shape<Int<Br>, Int<D>>{}, make_coord(_, 0));
@@ -309,6 +292,7 @@ __device__ __forceinline__ void produce_steps(const TmaQ& tma_q, const TmaQ& tma
     copy(tma_do.with(*bar), tdOg(_, m), tdOs(_, st.index()));
     ++st;
   }
+  pipe.producer_tail(st);
 }
 
 // Epilogue: the rows of dK and dV a thread's accumulators hold (tKVc: (key, column) of each
@@ -349,14 +333,6 @@ auto make_step_tmas(const BwdArgs& a) {
   return cute::make_tuple(tma_q, tma_do, tma_k, tma_v);
 }
 
-// TESSEL_ATTENTION_BWD_PERSISTENT=0 / 1 (default): one CTA per key block / persistent CTAs
-// when there are more key blocks than fit at once; n >= 2 (tests): count / n CTAs, whatever
-// fits.
-inline int persistent_mode() {
-  const char* e = std::getenv("TESSEL_ATTENTION_BWD_PERSISTENT");
-  return e != nullptr ? std::atoi(e) : 1;
-}
-
 // Host: one CTA per (Bc-key block, kv head, sequence); varlen grids add one spare block per
 // sequence (find_key_block).
 template <class Cfg>
@@ -379,28 +355,14 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   // The blocked convert kernel (a programmatic dependent, BwdArgs::kv_done) may be scheduled
   // once every CTA has started: it fills the SMs that the last key blocks leave idle.
   tile::allow_next_grid();
-  const int group = a.hq / a.hkv;
-  // The CTA's key blocks: its own, or (persistent) block c first and then the next of the
-  // launch order once it has issued the current one's loads (a global ticket, BwdArgs::block_next):
-  // a greedy list schedule. The producer's thread takes them and publishes each id through a ring
-  // of kIdSlots in shared memory; the consumers and the dQ writer read them in order, up to an id
-  // >= blocks. (Static striding handed some CTAs 1.56x the mean work under GQA, session 37.)
-  const int blocks = a.kb_grid_x * a.kb_grid_y * a.kb_grid_z;
-  const int first =
-      a.persistent
-          ? static_cast<int>(blockIdx.x)
-          : static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-  struct Block {
-    KeyBlock kb;
-    int j0, m_lo, nm, iters;  // first key; query blocks m_lo .. m_lo + nm - 1; steps
-  };
-  auto block_at = [&](int id, Block& bl) {  // false: a varlen grid's spare block
-    if (!find_key_block<Bc>(a, id, bl.kb)) return false;
-    bl.j0 = bl.kb.blk * Bc;
-    visible_query_blocks<Bc, Br>(a, bl.kb, bl.j0, bl.m_lo, bl.nm);
-    bl.iters = bl.nm * group;
-    return true;
-  };
+  KeyBlock kb;
+  if (!find_key_block<Bc>(a, kb)) return;  // varlen grids have spare CTAs
+  const int hk = kb.hk, group = a.hq / a.hkv;
+  const int j0 = kb.blk * Bc;
+  const int offset = kb.skv - kb.sq;
+  int m_lo, nm;
+  visible_query_blocks<Bc, Br>(a, kb, j0, m_lo, nm);
+  const int iters = nm * group;
 
   extern __shared__ char smem_raw[];
   const uint32_t base = cast_smem_ptr_to_uint(smem_raw);
@@ -410,13 +372,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemQ{});
   Tensor sdO = make_tensor(make_smem_ptr(smem.dout), typename Cfg::SmemQ{});
 
-  // The k-th key block of this CTA (readers: each consumer thread, the dQ writer's lane 0).
-  auto read_id = [&](int k) {
-    cutlass::arch::ClusterBarrier::wait(&smem.id_full[k % kIdSlots], (k / kIdSlots) & 1);
-    const int id = *reinterpret_cast<volatile const int*>(&smem.next_id[k % kIdSlots]);
-    cutlass::arch::ClusterBarrier::arrive(&smem.id_empty[k % kIdSlots]);
-    return id;
-  };
   const int wg = warpgroup_index();
   if (threadIdx.x == 0) {
     // The descriptors' first use is the producer's first loads (part of the ~6 us per CTA
@@ -426,12 +381,6 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
     cute::prefetch_tma_descriptor(tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(tma_v.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
-    cutlass::arch::ClusterBarrier::init(&smem.kv_empty, Cfg::Consumers * kWarpgroupThreads);
-    for (int i = 0; i < kIdSlots; ++i) {
-      cutlass::arch::ClusterBarrier::init(&smem.id_full[i], 1);
-      cutlass::arch::ClusterBarrier::init(&smem.id_empty[i],
-                                          Cfg::Consumers * kWarpgroupThreads + 1);
-    }
     cutlass::arch::fence_barrier_init();
   }
   auto pipe = make_tma_pipeline<Stages, 1>(smem.pipe, wg == 0, Cfg::kQBytes,
@@ -441,110 +390,80 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   if (wg == 0) {  // ---- producer ----
     producer_registers<40>();
     const int pwarp = warp_in_warpgroup();  // before any divergence (a full-warp shuffle)
-    if (pwarp == 0 && elect_one()) {
-      auto publish = [&](int k, int id) {
-        if (k >= kIdSlots)  // the readers have taken the id kIdSlots before
-          cutlass::arch::ClusterBarrier::wait(&smem.id_empty[k % kIdSlots], (k / kIdSlots - 1) & 1);
-        smem.next_id[k % kIdSlots] = id;
-        cutlass::arch::ClusterBarrier::arrive(&smem.id_full[k % kIdSlots]);  // release
-      };
-      auto st = producer_start<Stages>();
-      int loaded = 0;  // key blocks whose K / V were loaded (blocks with steps)
-      int id = first;
-      publish(0, id);
-      for (int k = 0; id < blocks; ++k) {
-        Block bl;
-        if (block_at(id, bl) && bl.iters > 0) {
-          if (loaded > 0)  // the previous block's K / V are no longer read
-            cutlass::arch::ClusterBarrier::wait(&smem.kv_empty, (loaded - 1) & 1);
-          produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, bl.kb, bl.kb.hk, group, bl.m_lo, bl.nm,
-                             smem.kv_full, pipe, st, sK, sV, sQ, sdO);
-          ++loaded;
-        }
-        // The next block is taken once this one's loads are issued (Stages steps before its
-        // end), not when it starts: a block taken early waits a whole block on a CTA that may
-        // finish last (GQA-4 causal measured -11 % that way, session 38).
-        id = a.persistent ? atomicAdd(a.block_next, 1) + static_cast<int>(gridDim.x) : blocks;
-        publish(k + 1, id);
-      }
-      if (loaded > 0) pipe.producer_tail(st);
+    if (pwarp == 0 && elect_one() && iters > 0) {
+      produce_steps<Cfg>(tma_q, tma_do, tma_k, tma_v, a, kb, hk, group, m_lo, nm, smem.kv_full,
+                         pipe, sK, sV, sQ, sdO);
     } else if (pwarp == 1) {
-      const int lane = threadIdx.x % 32;
-      constexpr int kTiles = Cfg::DqTiles;
-      // gs counts the CTA's steps over all its key blocks. Every tile goes back to the
-      // consumers once read; they take the last kTiles back after their last block.
-      int gs = 0;
-      for (int k = 0;; ++k) {
-        int id = 0;
-        if (lane == 0) id = read_id(k);
-        id = __shfl_sync(0xffffffffu, id, 0);
-        if (id >= blocks) break;
-        Block bl;
-        if (!block_at(id, bl)) continue;
-        const KeyBlock& kb = bl.kb;
-        const int hk = kb.hk, m_lo = bl.m_lo, nm = bl.nm, iters = bl.iters;
-        if (iters > 0) {
-          // dQ writer: each step's tile is one tile of the blocked workspace, added by one bulk
-          // reduce-add once the consumers have stored it; handed back once the copy engine has
-          // read it.
-          const int64_t tile0 = dq_tile0(a, kb.b, kb.q_row0);
-          // Tile gs % DqTiles is added while the consumers write the others; tile gs - DqTiles + 1
-          // goes back to them once the copy engine has read it (DqTiles - 1 bulk groups in flight
-          // behind the newest).
-          // Workspace tile of step it; with dq_tickets, its ticket is taken a step ahead (the
-          // atomic's latency hides behind the wait for the consumers).
-          auto ws_tile = [&](int it) {
-            return (tile0 + m_lo + it % nm) * a.hq + hk * group + it / nm;
-          };
-          int ticket = 0;
-          if (a.dq_tickets != nullptr && lane == 0)
-            ticket = atomicAdd(a.dq_tickets + ws_tile(0), 1);
-          for (int it = 0; it < iters; ++it, ++gs) {
-            const int64_t t = ws_tile(it);
-            int64_t stored = -1;  // a tile this step stored first
-            dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier0 + gs % kTiles);
-            if (lane == 0) {
-              float* dst = a.dq_accum + t * int64_t{Br * D};
-              const uint32_t bytes = Br * D * sizeof(float);
-              if (a.dq_tickets == nullptr) {
-                bulk_reduce_add_f32(dst, smem.dq[gs % kTiles], bytes);
-                bulk_commit();
-              } else if (ticket == 0) {  // the first dQ of this tile: stored, published below
-                bulk_store(dst, smem.dq[gs % kTiles], bytes);
-                bulk_commit();
-                stored = t;
-              } else {  // added once the first one is stored
-                // Counts stay below kDqTileReady, so ">= the bit" is "the bit is set".
-                if (!(ticket & kDqTileReady))
-                  tile::wait_counter_at_least(a.dq_tickets + t, kDqTileReady, 64);
-                asm volatile("fence.proxy.async;" ::: "memory");  // before the reduce-add
-                bulk_reduce_add_f32(dst, smem.dq[gs % kTiles], bytes);
-                bulk_commit();
+      if (iters > 0) {
+        // dQ writer: each step's tile is one tile of the blocked workspace, added by one bulk
+        // reduce-add once the consumers have stored it; handed back once the copy engine has
+        // read it.
+        const int lane = threadIdx.x % 32;
+        const int64_t tile0 = dq_tile0(a, kb.b, kb.q_row0);
+        // Tile it % DqTiles is added while the consumers write the others; tile it - DqTiles + 1
+        // goes back to them once the copy engine has read it (DqTiles - 1 bulk groups in flight
+        // behind the newest).
+        constexpr int kTiles = Cfg::DqTiles;
+        // Workspace tile of step it; with dq_tickets, its ticket is taken a step ahead (the
+        // atomic's latency hides behind the wait for the consumers).
+        auto ws_tile = [&](int it) {
+          return (tile0 + m_lo + it % nm) * a.hq + hk * group + it / nm;
+        };
+        int ticket = 0;
+        if (a.dq_tickets != nullptr && lane == 0) ticket = atomicAdd(a.dq_tickets + ws_tile(0), 1);
+        for (int it = 0; it < iters; ++it) {
+          const int64_t t = ws_tile(it);
+          int64_t stored = -1;  // a tile this step stored first
+          dq_barrier_sync<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % kTiles);
+          if (lane == 0) {
+            float* dst = a.dq_accum + t * int64_t{Br * D};
+            const uint32_t bytes = Br * D * sizeof(float);
+            if (a.dq_tickets == nullptr) {
+              bulk_reduce_add_f32(dst, smem.dq[it % kTiles], bytes);
+              bulk_commit();
+            } else if (ticket == 0) {  // the first dQ of this tile: stored, published below
+              bulk_store(dst, smem.dq[it % kTiles], bytes);
+              bulk_commit();
+              stored = t;
+            } else {  // added once the first one is stored
+              if (!(ticket & kDqTileReady)) {
+                for (;;) {
+                  int seen;
+                  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];"
+                               : "=r"(seen)
+                               : "l"(a.dq_tickets + t)
+                               : "memory");
+                  if (seen & kDqTileReady) break;
+                  __nanosleep(64);
+                }
               }
-              if (a.dq_tickets != nullptr && it + 1 < iters)
-                ticket = atomicAdd(a.dq_tickets + ws_tile(it + 1), 1);
-              bulk_wait_read<kTiles - 1>();
+              asm volatile("fence.proxy.async;" ::: "memory");  // before the reduce-add
+              bulk_reduce_add_f32(dst, smem.dq[it % kTiles], bytes);
+              bulk_commit();
             }
-            __syncwarp();
-            const int read = gs - (kTiles - 1);  // the tile the copy engine has now read
-            if (read >= 0)  // step read + kTiles rewrites it, or the consumers' drain takes it
-              dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + read % kTiles);
-            if (stored >= 0) {  // lane 0: the others may add once the store is complete
-              asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-              asm volatile("fence.proxy.async;" ::: "memory");
-              asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(a.dq_tickets + stored),
-                           "n"(kDqTileReady)
-                           : "memory");
-            }
+            if (a.dq_tickets != nullptr && it + 1 < iters)
+              ticket = atomicAdd(a.dq_tickets + ws_tile(it + 1), 1);
+            bulk_wait_read<kTiles - 1>();
           }
-          if (lane == 0) bulk_wait_read<0>();  // the tiles outlive the copy engine's reads
           __syncwarp();
+          const int read = it - (kTiles - 1);      // the tile the copy engine has now read
+          if (read >= 0 && read + kTiles < iters)  // step read + kTiles rewrites it
+            dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + read % kTiles);
+          if (stored >= 0) {  // lane 0: the others may add once the store is complete
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            asm volatile("fence.proxy.async;" ::: "memory");
+            asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(a.dq_tickets + stored),
+                         "n"(kDqTileReady)
+                         : "memory");
+          }
         }
-        if (a.kv_done != nullptr) {
-          dq_barrier_sync<kDoneBarrierThreads>(kDoneBarrier);
-          if (threadIdx.x % 32 == 0) count_key_block_done(a.kv_done + kb.b * a.hkv + hk);
-        }
-      }  // key blocks
+        if (lane == 0) bulk_wait_read<0>();  // the tiles outlive the copy engine's reads
+        __syncwarp();
+      }
+      if (a.kv_done != nullptr) {
+        dq_barrier_sync<kDoneBarrierThreads>(kDoneBarrier);
+        if (threadIdx.x % 32 == 0) count_key_block_done(a.kv_done + kb.b * a.hkv + hk);
+      }
     }
     return;
   }
@@ -599,277 +518,228 @@ __global__ void __launch_bounds__(Cfg::Threads, 1)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<Br>>{}));
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<Int<Bc>, Int<D>>{}));
 
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
+
   const bool capped = a.softcap > 0.f;
   const float mult = a.scale * kLog2e, cap_in = capped ? a.scale / a.softcap : 0.f;
-  PipeState<Stages> st;
-  int loaded = 0, gs = 0;  // key blocks with steps so far; the CTA's steps so far
-  for (int k = 0;; ++k) {
-    const int id = read_id(k);
-    if (id >= blocks) break;
-    Block bl;
-    if (!block_at(id, bl)) continue;
-    const int iters = bl.iters;
-    CUTE_UNROLL
-    for (int i = 0; i < size(tdVrdV); ++i) tdVrdV(i) = tdKrdK(i) = 0.f;
-    // No consumer reads smem.blk after the previous block's last dS barrier.
-    if (ctid == 0) {
-      smem.blk[0] = bl.kb.hk * group, smem.blk[1] = bl.nm, smem.blk[2] = bl.m_lo;
-      smem.blk[3] = iters, smem.blk[4] = bl.kb.sq, smem.blk[5] = bl.kb.skv, smem.blk[6] = bl.j0;
-      smem.blk_rows = bl.kb.b * a.lse_sb + bl.kb.q_row0;
-    }
-    const volatile int* const vb = smem.blk;
-    const volatile int64_t* const vrows = &smem.blk_rows;
 
-    if (iters > 0) {
-      mma_kv.accumulate_ = GMMA::ScaleOut::One;
-      // lse and delta of a step's rows, one row per thread (one shared copy by step parity:
-      // warpgroup 0 stores lse, 1 delta), loaded two steps ahead and stored one step ahead, before
-      // the dS barrier that every consumer thread passes each step: no load latency and no extra
-      // barrier in a step. Raw values (rows past the sequence: lse = -inf, delta = 0) are
-      // converted when stored: lse in log2 units (+inf where the row sees nothing: P = 0),
-      // delta times the scale.
-      auto load_rows = [&](int step, float& lse, float& delta) {
-        lse = -INFINITY, delta = 0.f;
-        const int nm = vb[1];
-        const int hs = vb[0] + step / nm, is = (vb[2] + step % nm) * Br + wtid;
-        if (step < vb[3] && wtid < Br && is < vb[4]) {
-          const int64_t at = *vrows + hs * a.lse_sh + is;
-          lse = a.lse[at];
-          delta = a.delta[at];
-        }
-      };
-      auto store_rows = [&](int buf, float lse, float delta) {
-        if (wtid < Br) {
-          if (wgc == 0)
-            smem.lse2[buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-          else
-            smem.delta[buf][wtid] = delta * a.scale;
-        }
-      };
-      float lse_raw, delta_raw;
-      named_barrier_sync(kRowsBarrier);  // smem.blk written
-      load_rows(0, lse_raw, delta_raw);
-      store_rows(0, lse_raw, delta_raw);
-      load_rows(1, lse_raw, delta_raw);
-      named_barrier_sync(kRowsBarrier);  // both warpgroups
-      // K / V only now: the rows' L2 round trip above overlaps their load.
-      cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, loaded & 1);
-      for (int it = 0; it < iters; ++it, ++gs) {
-        const int m = vb[2] + it % vb[1];
-        const int i0 = m * Br;
-        const int par = it % 2;
-        pipe.consumer_wait(st);
-        const int s = st.index();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
-        warpgroup_arrive();
-        mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tSrK); ++k) {
-          cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
-          mma_sdp.accumulate_ = GMMA::ScaleOut::One;
-        }
-        mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tSrV); ++k) {
-          cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
-          mma_sdp.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
+  if (iters > 0) {
+    PipeState<Stages> st;
+    mma_kv.accumulate_ = GMMA::ScaleOut::One;
+    // lse and delta of a step's rows, one row per thread (one shared copy by step parity:
+    // warpgroup 0 stores lse, 1 delta), loaded two steps ahead and stored one step ahead, before
+    // the dS barrier that every consumer thread passes each step: no load latency and no extra
+    // barrier in a step. Raw values (rows past the sequence: lse = -inf, delta = 0) are
+    // converted when stored: lse in log2 units (+inf where the row sees nothing: P = 0),
+    // delta times the scale.
+    auto load_rows = [&](int step, float& lse, float& delta) {
+      lse = -INFINITY, delta = 0.f;
+      const int hs = hk * group + step / nm, is = (m_lo + step % nm) * Br + wtid;
+      if (step < iters && wtid < Br && is < kb.sq) {
+        const int64_t at = kb.b * a.lse_sb + hs * a.lse_sh + kb.q_row0 + is;
+        lse = a.lse[at];
+        delta = a.delta[at];
+      }
+    };
+    auto store_rows = [&](int buf, float lse, float delta) {
+      if (wtid < Br) {
+        if (wgc == 0)
+          smem.lse2[buf][wtid] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        else
+          smem.delta[buf][wtid] = delta * a.scale;
+      }
+    };
+    float lse_raw, delta_raw;
+    load_rows(0, lse_raw, delta_raw);
+    store_rows(0, lse_raw, delta_raw);
+    load_rows(1, lse_raw, delta_raw);
+    named_barrier_sync(kRowsBarrier);  // both warpgroups
+    // K / V only now: the rows' L2 round trip above overlaps their load (+1.4 %, session 37).
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, 0);
+    for (int it = 0; it < iters; ++it) {
+      const int m = m_lo + it % nm;
+      const int i0 = m * Br;
+      const int par = it % 2;
+      pipe.consumer_wait(st);
+      const int s = st.index();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
+      warpgroup_arrive();
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrK); ++k) {
+        cute::gemm(mma_sdp, tSrK(_, _, k, 0), tSrQ(_, _, k, s), tSrS);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      mma_sdp.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrV); ++k) {
+        cute::gemm(mma_sdp, tSrV(_, _, k, 0), tSrdO(_, _, k, s), tSrdP);
+        mma_sdp.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
 
-        // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
-        const bool need_mask =
-            vb[6] + Bc > vb[5] ||
-            (a.window_right >= 0 && vb[6] + Bc - 1 > i0 + (vb[5] - vb[4]) + a.window_right) ||
-            (a.window_left >= 0 && vb[6] < i0 + Br - 1 + (vb[5] - vb[4]) - a.window_left);
-        const float* l2s = smem.lse2[par];
-        const float* dls = smem.delta[par];  // scale * delta (see the row loads above)
-        // Straight-line code per (soft-cap, mask) case: a per-element branch on either (as the
-        // single loop compiled) made ~3x the instructions of the common, unmasked path.
-        auto probs_and_ds = [&](auto capped_c, auto masked_c) {
-          constexpr bool kCapped = decltype(capped_c)::value, kMasked = decltype(masked_c)::value;
-          CUTE_UNROLL
-          for (int e = 0; e < size(tSrS); ++e) {
-            const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
-            float p;
-            // dS = P (dP - delta) s' = P (scale dP - scale delta) (s' / scale)
-            float ds = fmaf(tSrdP(e), a.scale, -dls[il]);
-            if constexpr (kCapped) {
-              const float th = tanhf(tSrS(e) * cap_in);
-              p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
-              ds *= 1.f - th * th;
-            } else {
-              p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
-            }
-            if constexpr (kMasked) {
-              const int skv = vb[5], offset = skv - vb[4];
-              const int i = i0 + il, j = vb[6] + jl;
-              bool vis = j < skv;
-              if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
-              if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
-              if (!vis) p = 0.f;
-            }
-            tSrS(e) = p;
-            tSrdP(e) = p * ds;
+      // P^T and dS^T in place (fp32), masked only on blocks that straddle a boundary.
+      const bool need_mask = j0 + Bc > kb.skv ||
+                             (a.window_right >= 0 && j0 + Bc - 1 > i0 + offset + a.window_right) ||
+                             (a.window_left >= 0 && j0 < i0 + Br - 1 + offset - a.window_left);
+      const float* l2s = smem.lse2[par];
+      const float* dls = smem.delta[par];  // scale * delta (see the row loads above)
+      // Straight-line code per (soft-cap, mask) case: a per-element branch on either (as the
+      // single loop compiled) made ~3x the instructions of the common, unmasked path.
+      auto probs_and_ds = [&](auto capped_c, auto masked_c) {
+        constexpr bool kCapped = decltype(capped_c)::value, kMasked = decltype(masked_c)::value;
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); ++e) {
+          const int jl = get<0>(tScS(e)), il = get<1>(tScS(e));
+          float p;
+          // dS = P (dP - delta) s' = P (scale dP - scale delta) (s' / scale)
+          float ds = fmaf(tSrdP(e), a.scale, -dls[il]);
+          if constexpr (kCapped) {
+            const float th = tanhf(tSrS(e) * cap_in);
+            p = tile::exp2_ftz(fmaf(a.softcap * th, kLog2e, -l2s[il]));
+            ds *= 1.f - th * th;
+          } else {
+            p = tile::exp2_ftz(fmaf(tSrS(e), mult, -l2s[il]));
           }
-        };
-        using False = cute::false_type;
-        using True = cute::true_type;
-        if (capped) {
-          if (need_mask)
-            probs_and_ds(True{}, True{});
-          else
-            probs_and_ds(True{}, False{});
-        } else if (need_mask) {
-          probs_and_ds(False{}, True{});
-        } else {
-          probs_and_ds(False{}, False{});
+          if constexpr (kMasked) {
+            const int i = i0 + il, j = j0 + jl;
+            bool vis = j < kb.skv;
+            if (a.window_right >= 0) vis = vis && j <= i + offset + a.window_right;
+            if (a.window_left >= 0) vis = vis && j >= i + offset - a.window_left;
+            if (!vis) p = 0.f;
+          }
+          tSrS(e) = p;
+          tSrdP(e) = p * ds;
         }
-        // Round to T as the A operands, and dS^T into shared memory (query pairs: 4 bytes).
+      };
+      using False = cute::false_type;
+      using True = cute::true_type;
+      if (capped) {
+        if (need_mask)
+          probs_and_ds(True{}, True{});
+        else
+          probs_and_ds(True{}, False{});
+      } else if (need_mask) {
+        probs_and_ds(False{}, True{});
+      } else {
+        probs_and_ds(False{}, False{});
+      }
+      // Round to T as the A operands, and dS^T into shared memory (query pairs: 4 bytes).
+      CUTE_UNROLL
+      for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
+      for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
+      for (int i0p = 0; i0p < 2; ++i0p) {
+        const auto e = make_coord(make_coord(i0p, i1, g), 0, 0);
+        const auto ea = make_coord(make_coord(i0p, i1, g % 2), 0, g / 2);
+        tKVrP(ea) = static_cast<T>(tSrS(e));
+        tKVrdS(ea) = static_cast<T>(tSrdP(e));
+      }
+      if constexpr (D == 64) {
+        // The A-operand regrouping keeps the accumulator's register order (index i0p + 2 i1 +
+        // 4 g in both), so the same registers viewed in the accumulator layout feed stmatrix.
+        cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
+                   tdSsdS(_, _, _, par));
+      } else {  // D = 128: stmatrix's addressing made ptxas serialize the WGMMAs (C7512)
+        // Element (q, key) of the MN-major 128B-swizzled tile lives at byte (key / 8) 1024 +
+        // (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 of the buffer; with key = 64 wgc
+        // + 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1} (the accumulator's
+        // layout) that is a per-thread base, a constant and one XOR. (cute's sdS(q, key) kept
+        // 16 generic 64-bit addresses live across the loop: ST.E stores and spills.)
+        char* const ds_row = ds_bytes + par * (Br * Bc * int(sizeof(T)));
         CUTE_UNROLL
         for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
-        for (int i1 = 0; i1 < 2; ++i1) CUTE_UNROLL
-        for (int i0p = 0; i0p < 2; ++i0p) {
-          const auto e = make_coord(make_coord(i0p, i1, g), 0, 0);
-          const auto ea = make_coord(make_coord(i0p, i1, g % 2), 0, g / 2);
-          tKVrP(ea) = static_cast<T>(tSrS(e));
-          tKVrdS(ea) = static_cast<T>(tSrdP(e));
+        for (int i1 = 0; i1 < 2; ++i1) {
+          const int e = 2 * i1 + 4 * g;
+          *reinterpret_cast<uint32_t*>(ds_row + i1 * 1024 + ((g * 16) ^ ds_xor)) =
+              pack_pair<T>(tSrdP(e), tSrdP(e + 1));
         }
-        if constexpr (D == 64) {
-          // The A-operand regrouping keeps the accumulator's register order (index i0p + 2 i1 +
-          // 4 g in both), so the same registers viewed in the accumulator layout feed stmatrix.
-          cute::copy(stsm_ds, thr_stsm_ds.retile_S(make_tensor(tKVrdS.data(), tSrdP.layout())),
-                     tdSsdS(_, _, _, par));
-        } else {  // D = 128: stmatrix's addressing made ptxas serialize the WGMMAs (C7512)
-          // Element (q, key) of the MN-major 128B-swizzled tile lives at byte (key / 8) 1024 +
-          // (key % 8) 128 + ((q / 8) ^ (key % 8)) 16 + (q % 8) 2 of the buffer; with key = 64 wgc
-          // + 16 warp + lane / 4 + 8 i1 and q = 2 (lane % 4) + 8 g + {0, 1} (the accumulator's
-          // layout) that is a per-thread base, a constant and one XOR. (cute's sdS(q, key) kept
-          // 16 generic 64-bit addresses live across the loop: ST.E stores and spills.)
-          char* const ds_row = ds_bytes + par * (Br * Bc * int(sizeof(T)));
-          CUTE_UNROLL
-          for (int g = 0; g < Br / 8; ++g) CUTE_UNROLL
-          for (int i1 = 0; i1 < 2; ++i1) {
-            const int e = 2 * i1 + 4 * g;
-            *reinterpret_cast<uint32_t*>(ds_row + i1 * 1024 + ((g * 16) ^ ds_xor)) =
-                pack_pair<T>(tSrdP(e), tSrdP(e + 1));
-          }
-        }
+      }
 
-        warpgroup_fence_operand(tKVrP);
-        warpgroup_fence_operand(tKVrdS);
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdKrdK);
-        warpgroup_arrive();
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
-        CUTE_UNROLL
-        for (int k = 0; k < Br / 16; ++k)
-          cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
-        warpgroup_commit_batch();
+      warpgroup_fence_operand(tKVrP);
+      warpgroup_fence_operand(tKVrdS);
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, s), tdVrdV);
+      CUTE_UNROLL
+      for (int k = 0; k < Br / 16; ++k)
+        cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, s), tdKrdK);
+      warpgroup_commit_batch();
 
-        // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
-        // visible to the WGMMA's async proxy first).
-        store_rows(par ^ 1, lse_raw, delta_raw);  // the next step's rows (see load_rows)
-        load_rows(it + 2, lse_raw, delta_raw);
-        cutlass::arch::fence_view_async_shared();
-        named_barrier_sync(kDsBarrier);
-        if (Cfg::DqWgs == 1 && wgc != gs % 2) {  // the other warpgroup computes this dQ
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(tdVrdV);
-          warpgroup_fence_operand(tdKrdK);
-          pipe.consumer_release(st);
-          ++st;
-          continue;
-        }
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
-        warpgroup_fence_operand(tdQrdQ);
-        warpgroup_arrive();
-        mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tdQrdS); ++k) {
-          cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
-          mma_dq.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
+      // dQ = dS K once both warpgroups' dS^T are in shared memory (generic-proxy writes made
+      // visible to the WGMMA's async proxy first).
+      store_rows(par ^ 1, lse_raw, delta_raw);  // the next step's rows (see load_rows)
+      load_rows(it + 2, lse_raw, delta_raw);
+      cutlass::arch::fence_view_async_shared();
+      named_barrier_sync(kDsBarrier);
+      if (Cfg::DqWgs == 1 && wgc != it % 2) {  // the other warpgroup computes this dQ
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
-        warpgroup_fence_operand(tdQrdQ);
         pipe.consumer_release(st);
         ++st;
-
-        // The tile in the blocked order (attention_bwd.cuh): accumulator elements 4k .. 4k+3 of
-        // thread t of the computing warpgroup as one float4 at float 4 (t + 128 k) of its
-        // 64-column chunk (conflict-free 16-byte stores).
-        if (gs >= Cfg::DqTiles)  // the copy engine has read step gs - DqTiles's tile
-          dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + gs % Cfg::DqTiles);
-        float4* const dq_chunk =
-            reinterpret_cast<float4*>(smem.dq[gs % Cfg::DqTiles] +
-                                      (Cfg::DqWgs == 2 ? wgc : 0) * (Br * 64)) +
-            wtid;
-        CUTE_UNROLL
-        for (int k = 0; k < size(tdQrdQ) / 4; ++k)
-          dq_chunk[kWarpgroupThreads * k] =
-              make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
-        cutlass::arch::fence_view_async_shared();  // visible to the copy engine
-        dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier0 + gs % Cfg::DqTiles);
+        continue;
       }
-      // K / V are no longer read (the last dQ WGMMA has completed): the next key block's load
-      // overlaps these stores.
-      cutlass::arch::ClusterBarrier::arrive(&smem.kv_empty);
-      ++loaded;
-    }
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<Br>, Int<D>>{});
+      warpgroup_fence_operand(tdQrdQ);
+      warpgroup_arrive();
+      mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tdQrdS); ++k) {
+        cute::gemm(mma_dq, tdQrdS(_, _, k, par), tdQrK(_, _, k, 0), tdQrdQ);
+        mma_dq.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdQrdQ);
+      pipe.consumer_release(st);
+      ++st;
 
-    // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
-    store_dk_dv<T>(a, bl.kb, bl.kb.hk, bl.j0, tKVc, tdKrdK, tdVrdV);
-    // A sync, not an arrive: under persistent CTAs the consumers would otherwise run through
-    // blocks without steps (no dQ hand-offs) and arrive twice before the writer synced once,
-    // completing its barrier early (it hung, session 38).
-    if (a.kv_done != nullptr) dq_barrier_sync<kDoneBarrierThreads>(kDoneBarrier);
-  }  // key blocks
-  // The writer handed back every dQ tile it read; the one no later step took is taken here, so
-  // the named barriers end balanced.
-  if (gs >= Cfg::DqTiles && (Cfg::DqWgs == 2 || wgc == gs % 2))
-    dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + gs % Cfg::DqTiles);
+      // The tile in the blocked order (attention_bwd.cuh): accumulator elements 4k .. 4k+3 of
+      // thread t of the computing warpgroup as one float4 at float 4 (t + 128 k) of its
+      // 64-column chunk (conflict-free 16-byte stores).
+      if (it >= Cfg::DqTiles)  // the copy engine has read step it - DqTiles's tile
+        dq_barrier_sync<Cfg::DqBarrierThreads>(kDqEmptyBarrier0 + it % Cfg::DqTiles);
+      float4* const dq_chunk = reinterpret_cast<float4*>(smem.dq[it % Cfg::DqTiles] +
+                                                         (Cfg::DqWgs == 2 ? wgc : 0) * (Br * 64)) +
+                               wtid;
+      CUTE_UNROLL
+      for (int k = 0; k < size(tdQrdQ) / 4; ++k)
+        dq_chunk[kWarpgroupThreads * k] =
+            make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
+      cutlass::arch::fence_view_async_shared();  // visible to the copy engine
+      dq_barrier_arrive<Cfg::DqBarrierThreads>(kDqFullBarrier0 + it % Cfg::DqTiles);
+    }
+  }
+
+  // ---- epilogue: dK, dV rows of this warpgroup's keys (zeros for keys no query sees) ----
+  store_dk_dv<T>(a, kb, hk, j0, tKVc, tdKrdK, tdVrdV);
+  if (a.kv_done != nullptr) dq_barrier_arrive<kDoneBarrierThreads>(kDoneBarrier);
 }
 
 template <class T, int D>
-void launch(const BwdArgs& args, cudaStream_t stream) {
+void launch(const BwdArgs& a, cudaStream_t stream) {
   using Cfg = BwdConfig<T, D>;
-  BwdArgs a = args;
-  const dim3 blocks = key_block_grid<Cfg>(a);
-  a.kb_grid_x = static_cast<int>(blocks.x), a.kb_grid_y = static_cast<int>(blocks.y);
-  a.kb_grid_z = static_cast<int>(blocks.z);
-  const int64_t count = int64_t{blocks.x} * blocks.y * blocks.z;
-  const int sms = detail::current_sm_count();
-  // Persistent CTAs (as many as fit at once, taking key blocks from a global ticket) where there
-  // are more key blocks than fit: the per-CTA start-up and drain (~6 us each, session 37) are
-  // paid once per CTA, not per block (BwdArgs::persistent).
   auto [tma_q, tma_do, tma_k, tma_v] = make_step_tmas<Cfg>(a);
   auto kernel = attention_bwd_dkdv_wgmma<Cfg, decltype(tma_q), decltype(tma_k)>;
-  static int per_sm = 0;  // per instantiation: the attribute outlives the call
-  if (per_sm == 0) {
+  static bool configured = false;  // per instantiation: the attribute outlives the call
+  if (!configured) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(Cfg::kSmemBytes));
-    if (err == cudaSuccess)
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::Threads,
-                                                          Cfg::kSmemBytes);
-    if (err != cudaSuccess || per_sm < 1) {  // the launch check reports it
-      per_sm = 0;
-      return;
-    }
+    if (err != cudaSuccess) return;  // the launch check reports it
+    configured = true;
   }
-  const int mode = persistent_mode();
-  const int64_t resident = int64_t{sms} * per_sm;
-  const int64_t ctas = mode >= 2 ? std::max<int64_t>(1, count / mode) : resident;
-  a.persistent = a.block_next != nullptr && (mode >= 2 || (mode == 1 && count > resident));
-  const dim3 grid = a.persistent ? dim3(static_cast<unsigned>(ctas)) : blocks;
-  kernel<<<grid, Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k, tma_v, a);
+  kernel<<<key_block_grid<Cfg>(a), Cfg::Threads, Cfg::kSmemBytes, stream>>>(tma_q, tma_do, tma_k,
+                                                                            tma_v, a);
 }
 
 }  // namespace bwd_wgmma
